@@ -1,0 +1,333 @@
+"""Amazon Bedrock ConverseStream events → fragment events.
+
+Input is the event dicts boto3's ``converse_stream()`` yields (one key per event), or the raw
+``application/vnd.amazon.eventstream`` body through :meth:`BedrockConverseAdapter.feed_bytes`:
+
+* ``messageStart`` opens a response. Bedrock gives no response id, so it is derived
+  deterministically from the turn and this adapter's message counter (a reconnect replay through
+  a fresh adapter gets the same ids).
+* ``contentBlockStart`` with ``start.toolUse{toolUseId, name}`` opens a call: ``item_id`` is the
+  ``contentBlockIndex``, ``call_id`` the ``toolUseId``. Text blocks have no start event.
+* ``contentBlockDelta`` with ``delta.toolUse.input`` is argument text (arrival order gives
+  ``seq``); ``delta.text`` and other kinds are not published.
+* ``contentBlockStop`` is the call's terminal. A call that received no input gets the delta
+  ``{}``.
+* ``messageStop{stopReason}`` ends the response; ``metadata`` (usage) is ignored.
+* ``…Exception`` events (and an eventstream ``error`` frame) end the response as failed.
+
+A block's ``contentBlockStop`` is trusted once the model has moved on (a later block starts or
+streams) or the message stopped normally. Under ``stopReason`` ``max_tokens`` (or a guardrail or
+content filter) the last stopped block stays open and becomes inert with the rest, because the cut
+may have fallen inside it. A conflicting start (another name or id for a block) makes the response
+inert; a repeated identical start or stop is ignored. An event the adapter cannot read raises
+:class:`AdapterError`; the adapter then refuses the rest of the stream and ends the open response
+as ``error``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from pydantic import ValidationError
+
+from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
+from processor.adapters.eventstream import (
+    STREAM_ERROR_EVENT,
+    EventStreamDecoder,
+    is_error_event,
+    message_to_event,
+)
+from processor.core.errors import AdapterError
+from processor.core.events import FragmentEvent, ResponseStatus, describe_validation_error
+
+_MAX_NAME: Final = 128
+_MAX_ID: Final = 256
+_EVENT_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+
+_STOP_STATUS: Final[dict[str, ResponseStatus]] = {
+    "end_turn": ResponseStatus.COMPLETED,
+    "tool_use": ResponseStatus.COMPLETED,
+    "stop_sequence": ResponseStatus.COMPLETED,
+    "max_tokens": ResponseStatus.INCOMPLETE,
+    "model_context_window_exceeded": ResponseStatus.INCOMPLETE,
+    "guardrail_intervened": ResponseStatus.FAILED,
+    "content_filtered": ResponseStatus.FAILED,
+}
+
+
+class _InertError(AdapterError):
+    """A readable event that makes its response inert (a conflict, input without a start)."""
+
+    reason = "protocol_violation"
+
+
+def _bad_chunk(detail: str) -> AdapterError:
+    return AdapterError("bad_chunk", f"bedrock: {detail}")
+
+
+@dataclass
+class _Message:
+    response_id: str
+    calls: dict[int, OpenCall] = field(default_factory=dict)
+    stopped_unconfirmed: list[OpenCall] = field(default_factory=list)
+    finished: bool = False
+
+    @property
+    def unterminated(self) -> int:
+        """Calls of this message without a trusted terminal."""
+        return sum(1 for call in self.calls.values() if not call.ended)
+
+
+class BedrockConverseAdapter(StreamAdapter):
+    """One Bedrock ConverseStream (or several, concatenated)."""
+
+    provider: ClassVar[str] = "bedrock"
+
+    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
+        super().__init__(ctx, now=now)
+        self._message: _Message | None = None
+        self._messages = 0
+        self._decoder = EventStreamDecoder()
+        self._failure: str | None = None
+        self._closed = False
+        self._handlers: dict[str, Callable[[Any], list[FragmentEvent]]] = {
+            "messageStart": self._message_start,
+            "contentBlockStart": self._block_start,
+            "contentBlockDelta": self._block_delta,
+            "contentBlockStop": self._block_stop,
+            "messageStop": self._message_stop,
+            "metadata": lambda _body: [],
+        }
+
+    # -- entry points ----------------------------------------------------------------------
+
+    def feed_bytes(self, raw: bytes) -> list[FragmentEvent]:
+        """Feed a slice of the raw eventstream body (any chunking)."""
+        if self._failure is not None or self._closed:
+            return self._refuse()
+        try:
+            events = [message_to_event(m) for m in self._decoder.feed(raw)]
+        except AdapterError as exc:
+            self._failure = exc.reason
+            raise
+        out: list[FragmentEvent] = []
+        for event in events:
+            out.extend(self.feed_event(event))
+        return out
+
+    def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
+        if self._failure is not None or self._closed:
+            return self._refuse()
+        try:
+            return super().feed(chunk)
+        except AdapterError as exc:
+            self._failure = self._failure or exc.reason
+            raise
+
+    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        if self._failure is not None or self._closed:
+            return self._refuse()
+        try:
+            return self._event(event)
+        except AdapterError as exc:
+            self._failure = exc.reason
+            raise
+        except ValidationError as exc:
+            self._failure = "bad_chunk"
+            raise _bad_chunk(describe_validation_error(exc)) from None
+
+    def close(self) -> list[FragmentEvent]:
+        if self._closed:
+            return []
+        self._closed = True
+        if self._decoder.pending_bytes:
+            self.anomaly("the eventstream body ended inside a frame")
+        if self._failure is not None:
+            return self._end_current(ResponseStatus.ERROR, f"adapter_error: {self._failure}")
+        return self._end_current(ResponseStatus.INCOMPLETE, "stream ended before messageStop")
+
+    def _refuse(self) -> list[FragmentEvent]:
+        self.anomaly("event ignored: the stream is closed or failed")
+        if self._failure is None:
+            return []
+        return self._end_current(ResponseStatus.ERROR, f"adapter_error: {self._failure}")
+
+    def _end_current(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
+        message = self._message
+        if message is None or message.finished:
+            return []
+        return [self._finish(message, status, reason)]
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _event(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        if len(event) != 1:
+            raise _bad_chunk("an event must have exactly one type key")
+        ((name, body),) = event.items()
+        if is_error_event(event):
+            return self._exception(name)
+        handler = self._handlers.get(name)
+        if handler is None:
+            raise _bad_chunk("unknown event type")
+        if not isinstance(body, dict):
+            raise _bad_chunk("event body is not an object")
+        try:
+            return handler(body)
+        except _InertError as exc:
+            return self._inert(exc)
+
+    def _inert(self, exc: _InertError) -> list[FragmentEvent]:
+        self.anomaly(f"response made inert: {exc.detail}")
+        return self._end_current(ResponseStatus.ERROR, f"{exc.reason}: {exc.detail}")
+
+    def _exception(self, name: str) -> list[FragmentEvent]:
+        shown = name if name == STREAM_ERROR_EVENT or _EVENT_NAME.fullmatch(name) else "unknown"
+        self.anomaly(f"provider exception ({shown})")
+        return self._end_current(ResponseStatus.FAILED, f"provider_exception: {shown}")
+
+    def _message_start(self, _body: dict[str, Any]) -> list[FragmentEvent]:
+        out: list[FragmentEvent] = []
+        if self._message is not None and not self._message.finished:
+            self.anomaly("messageStart before the previous messageStop")
+            out.append(self._finish(self._message, ResponseStatus.INCOMPLETE, "superseded"))
+        self._open_message()
+        return out
+
+    def _open_message(self) -> _Message:
+        number = self._messages
+        self._messages += 1
+        self._message = _Message(response_id=self._event_id("message", number))
+        return self._message
+
+    def _live_message(self) -> _Message:
+        """The open message; content outside one opens one implicitly (an anomaly)."""
+        if self._message is None or self._message.finished:
+            self.anomaly("content outside a message")
+            return self._open_message()
+        return self._message
+
+    # -- content blocks --------------------------------------------------------------------
+
+    def _block_start(self, body: dict[str, Any]) -> list[FragmentEvent]:
+        message = self._live_message()
+        index = _block_index(body)
+        out = self._confirm_stopped(message)
+        start = body.get("start")
+        tool_use = start.get("toolUse") if isinstance(start, dict) else None
+        if tool_use is None:
+            return out
+        if not isinstance(tool_use, dict):
+            raise _bad_chunk("start.toolUse is not an object")
+        tool, call_id = _tool_name(tool_use), _tool_use_id(tool_use)
+        existing = message.calls.get(index)
+        if existing is not None:
+            return out + self._repeated_start(existing, tool, call_id)
+        if any(call.call_id == call_id for call in message.calls.values()):
+            raise _InertError("identity_conflict", "a toolUseId is reused by another block")
+        call = OpenCall(message.response_id, str(index), call_id, tool)
+        message.calls[index] = call
+        return [*out, self.started(call)]
+
+    def _repeated_start(self, call: OpenCall, tool: str, call_id: str) -> list[FragmentEvent]:
+        if (call.tool, call.call_id) != (tool, call_id):
+            raise _InertError("identity_conflict", "a block restarted with another name or id")
+        self.anomaly("repeated contentBlockStart ignored")
+        return []
+
+    def _block_delta(self, body: dict[str, Any]) -> list[FragmentEvent]:
+        message = self._live_message()
+        index = _block_index(body)
+        out = self._confirm_stopped(message)
+        delta = body.get("delta")
+        if not isinstance(delta, dict):
+            raise _bad_chunk("contentBlockDelta without a delta object")
+        tool_use = delta.get("toolUse")
+        if tool_use is None:
+            return out
+        text = tool_use.get("input") if isinstance(tool_use, dict) else None
+        if not isinstance(text, str):
+            raise _bad_chunk("delta.toolUse.input is not a string")
+        call = message.calls.get(index)
+        if call is None:
+            raise _InertError("protocol_violation", "tool input for a block that did not start")
+        if call.extra.get("stopped"):
+            self.anomaly("tool input after contentBlockStop ignored")
+            return out
+        if text:
+            call.extra["has_input"] = call.extra.get("has_input", False) or bool(text.strip())
+            out.append(self.delta(call, text))
+        return out
+
+    def _block_stop(self, body: dict[str, Any]) -> list[FragmentEvent]:
+        message = self._live_message()
+        call = message.calls.get(_block_index(body))
+        if call is None:
+            return []
+        if call.extra.get("stopped"):
+            self.anomaly("repeated contentBlockStop ignored")
+            return []
+        call.extra["stopped"] = True
+        message.stopped_unconfirmed.append(call)
+        if call.extra.get("has_input"):
+            return []
+        return [self.delta(call, "{}")]
+
+    def _confirm_stopped(self, message: _Message) -> list[FragmentEvent]:
+        """The model moved on: stopped blocks were not cut, their terminals are trusted."""
+        ended: list[FragmentEvent] = [
+            self.ended(call, "contentBlockStop") for call in message.stopped_unconfirmed
+        ]
+        message.stopped_unconfirmed.clear()
+        return ended
+
+    # -- the end of a message --------------------------------------------------------------
+
+    def _message_stop(self, body: dict[str, Any]) -> list[FragmentEvent]:
+        message = self._message
+        if message is None or message.finished:
+            self.anomaly("messageStop outside a message ignored")
+            return []
+        reason = body.get("stopReason")
+        known = isinstance(reason, str) and reason in _STOP_STATUS
+        word = reason if known and isinstance(reason, str) else "unknown"
+        status = _STOP_STATUS.get(word, ResponseStatus.INCOMPLETE)
+        out: list[FragmentEvent] = []
+        if status is ResponseStatus.COMPLETED:
+            out.extend(self._confirm_stopped(message))
+        out.append(self._finish(message, status, f"stop_reason={word}"))
+        return out
+
+    def _finish(self, message: _Message, status: ResponseStatus, reason: str) -> FragmentEvent:
+        open_calls = message.unterminated
+        if open_calls:
+            reason = f"{reason}; {open_calls} call(s) without a trusted terminal made inert"
+        message.finished = True
+        message.stopped_unconfirmed.clear()
+        return self.response_ended(message.response_id, status, reason)
+
+
+# --------------------------------------------------------------------------- field readers
+
+
+def _block_index(body: dict[str, Any]) -> int:
+    index = body.get("contentBlockIndex")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise _bad_chunk("contentBlockIndex is not a non-negative integer")
+    return index
+
+
+def _tool_name(tool_use: dict[str, Any]) -> str:
+    name = tool_use.get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
+        raise _bad_chunk("toolUse name is missing or too long")
+    return name
+
+
+def _tool_use_id(tool_use: dict[str, Any]) -> str:
+    value = tool_use.get("toolUseId")
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID:
+        raise _bad_chunk("toolUseId is missing or too long")
+    return value

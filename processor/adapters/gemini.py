@@ -1,0 +1,636 @@
+"""Gemini / Vertex AI ``streamGenerateContent`` chunks → fragment events.
+
+A chunk is ``{"candidates": [{"content": {"parts": [...]}, "finishReason": ...}], "responseId":
+..., "usageMetadata": ...}``. Only the first candidate (``index`` 0) is read; text and thoughts
+are not published. A ``functionCall`` part takes one of three shapes:
+
+* classic whole call ``{name, args}`` (Gemini API): started, one delta ``orjson.dumps(args)``,
+  ended, at once;
+* Vertex streamed call: ``{name, willContinue: true}`` opens it, ``{partialArgs: [...],
+  willContinue: true}`` parts continue it, and it ends at an empty ``functionCall: {}`` (the
+  explicit terminal) or at the first part without ``willContinue`` (the implicit terminal);
+  ``{willContinue: true}`` alone is a no-op;
+* ``{name}`` alone: a call without arguments, ``{}``.
+
+Vertex streams arguments as ``{jsonPath, stringValue|numberValue|boolValue|nullValue,
+willContinue}`` items, not as JSON text. :class:`PartialArgsWriter` turns them into JSON text as
+they arrive (see its docstring), so the Assembler's deltas concatenate to the argument object. An
+item that cannot be written in document order makes the response inert (``response.ended`` status
+``error``) instead of producing wrong JSON.
+
+Identity: ``responseId`` when present, else a deterministic id from the turn and this adapter's
+response counter; ``item_id`` is the call's position in its response; ``call_id`` is
+``functionCall.id`` when present, else ``"{response_id}:{position}"``. Gemini has no sequence
+numbers, so deltas take arrival order.
+
+Safety rules: an implicit terminal is trusted only once the model has moved on (a later part) or
+the response finished with ``STOP``; under ``MAX_TOKENS``, ``SAFETY`` and the like it stays open
+and becomes inert through ``response.ended``, since the cut may have fallen on that very part. A
+chunk the adapter cannot read raises :class:`AdapterError`; the adapter then refuses the rest of
+the stream and ends the open response as ``error`` (at ``close()`` or the next ``feed``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+import orjson
+from pydantic import ValidationError
+
+from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
+from processor.core.errors import AdapterError
+from processor.core.events import FragmentEvent, ResponseStatus, describe_validation_error
+
+Segment = str | int
+"""One step of a ``jsonPath``: an object key or an array index."""
+
+MAX_PATH_DEPTH: Final = 64
+_MAX_NAME: Final = 128
+_MAX_ID: Final = 200
+
+_PATH_STEP: Final = re.compile(
+    r"\.([^.\[\]]+)"  # .key
+    r"|\[(\d{1,9})\]"  # [index]
+    r"|\['((?:[^'\\]|\\.)*)'\]"  # ['quoted key']
+    r'|\["((?:[^"\\]|\\.)*)"\]'  # ["quoted key"]
+)
+_UNESCAPE: Final = re.compile(r"\\(.)")
+_ENUM_WORD: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+
+_FINISH_STATUS: Final[dict[str, ResponseStatus]] = {
+    "STOP": ResponseStatus.COMPLETED,
+    "MAX_TOKENS": ResponseStatus.INCOMPLETE,
+    "OTHER": ResponseStatus.INCOMPLETE,
+    "FINISH_REASON_UNSPECIFIED": ResponseStatus.INCOMPLETE,
+    "SAFETY": ResponseStatus.FAILED,
+    "RECITATION": ResponseStatus.FAILED,
+    "LANGUAGE": ResponseStatus.FAILED,
+    "BLOCKLIST": ResponseStatus.FAILED,
+    "PROHIBITED_CONTENT": ResponseStatus.FAILED,
+    "SPII": ResponseStatus.FAILED,
+    "IMAGE_SAFETY": ResponseStatus.FAILED,
+    "MALFORMED_FUNCTION_CALL": ResponseStatus.FAILED,
+    "UNEXPECTED_TOOL_CALL": ResponseStatus.FAILED,
+    "TOO_MANY_TOOL_CALLS": ResponseStatus.FAILED,
+}
+_KNOWN_CHUNK_KEYS: Final = frozenset(
+    {"candidates", "usageMetadata", "promptFeedback", "responseId", "modelVersion", "createTime"}
+)
+
+
+class PartialArgsError(AdapterError):
+    """Streamed partial arguments that cannot be written as JSON text in document order."""
+
+    reason = "partial_args"
+
+
+def _bad_chunk(detail: str) -> AdapterError:
+    return AdapterError("bad_chunk", f"gemini: {detail}")
+
+
+# --------------------------------------------------------------------------- json paths
+
+
+def parse_json_path(path: str) -> tuple[Segment, ...]:
+    """``$.a.b[0]['c.d']`` → ``("a", "b", 0, "c.d")``. The first step must be a key."""
+    if not path.startswith("$"):
+        raise PartialArgsError("bad_json_path", "jsonPath does not start at $")
+    segments: list[Segment] = []
+    pos = 1
+    while pos < len(path):
+        step = _PATH_STEP.match(path, pos)
+        if step is None:
+            raise PartialArgsError("bad_json_path", "jsonPath has an unreadable step")
+        key, index, single, double = step.groups()
+        if index is not None:
+            segments.append(int(index))
+        else:
+            raw = key if key is not None else (single if single is not None else double)
+            segments.append(raw if key is not None else _UNESCAPE.sub(r"\1", raw))
+        pos = step.end()
+    if not segments or len(segments) > MAX_PATH_DEPTH:
+        raise PartialArgsError("bad_json_path", "jsonPath is empty or too deep")
+    return tuple(segments)
+
+
+def _escape(text: str) -> str:
+    """JSON string content without the quotes (a split string escapes piece by piece)."""
+    try:
+        return orjson.dumps(text)[1:-1].decode()
+    except orjson.JSONEncodeError:  # a lone surrogate: \\uXXXX escapes rejoin across pieces
+        return json.dumps(text)[1:-1]
+
+
+def _item_value(item: dict[str, Any]) -> tuple[bool, str] | None:
+    """``(is_string, text)``: raw text for a string, JSON text otherwise; None when valueless."""
+    kinds = [k for k in ("stringValue", "numberValue", "boolValue") if item.get(k) is not None]
+    if "nullValue" in item:
+        kinds.append("nullValue")
+    if not kinds:
+        return None
+    if len(kinds) > 1:
+        raise PartialArgsError("bad_partial_args", "partial argument has several values")
+    value = item.get(kinds[0])
+    if kinds[0] == "stringValue" and isinstance(value, str):
+        return True, value
+    if kinds[0] == "numberValue" and _is_number(value):
+        return False, str(value) if isinstance(value, int) else orjson.dumps(value).decode()
+    if kinds[0] == "boolValue" and isinstance(value, bool):
+        return False, "true" if value else "false"
+    if kinds[0] == "nullValue":
+        return False, "null"
+    raise PartialArgsError("bad_partial_args", f"partial argument {kinds[0]} has the wrong type")
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+@dataclass
+class _Container:
+    """An open object or array of the argument text, and what has been written into it."""
+
+    segment: Segment | None
+    is_array: bool
+    count: int = 0
+    keys: set[str] = field(default_factory=set)
+
+
+class PartialArgsWriter:
+    """Streams Vertex ``partialArgs`` items as JSON text, in document order.
+
+    The writer keeps the chain of containers that are open in the text written so far (root
+    object first) and, when a string value announced ``willContinue``, the path of that open
+    string. For each item it:
+
+    1. continues the open string when the item is at the same path (escaped content; the closing
+       quote when ``willContinue`` is absent), and refuses any other item while a string is open;
+    2. otherwise keeps the longest prefix of the open chain that the item's path shares, closes
+       the containers below it (``}`` / ``]``), opens the containers the path adds (``{`` for a
+       key step, ``[`` for an index step), writes ``,`` and ``"key":`` as needed, then the value.
+
+    The text therefore only ever grows forward. A path that goes back (a key already written, an
+    array index other than the next one) or changes a container's kind raises
+    :class:`PartialArgsError`: such a stream cannot be written without holding the whole object.
+    ``finish()`` closes every open container, or gives ``{}`` when nothing was written.
+    """
+
+    def __init__(self) -> None:
+        self._stack: list[_Container] = []
+        self._open_string: tuple[Segment, ...] | None = None
+        self._finished = False
+
+    def feed(self, items: object) -> str:
+        """The JSON text that a ``partialArgs`` list adds."""
+        if self._finished:
+            raise PartialArgsError("partial_args_order", "partial arguments after the terminal")
+        if not isinstance(items, list):
+            raise PartialArgsError("bad_partial_args", "partialArgs is not a list")
+        return "".join(self._item(item) for item in items)
+
+    def finish(self) -> str:
+        """The closing text at the call's terminal."""
+        if self._open_string is not None:
+            raise PartialArgsError("partial_args_cut", "call ended inside a continued string")
+        self._finished = True
+        if not self._stack:
+            return "{}"
+        closing = "".join("]" if c.is_array else "}" for c in reversed(self._stack))
+        self._stack.clear()
+        return closing
+
+    def _item(self, item: object) -> str:
+        if not isinstance(item, dict) or not isinstance(item.get("jsonPath"), str):
+            raise PartialArgsError("bad_partial_args", "partial argument without a jsonPath")
+        path = parse_json_path(item["jsonPath"])
+        value = _item_value(item)
+        more = item.get("willContinue") is True
+        if self._open_string is not None:
+            return self._continue_string(path, value, more)
+        if value is None:
+            return ""
+        is_string, text = value
+        prefix = self._navigate(path)
+        if not is_string:
+            return prefix + text
+        if more:
+            self._open_string = path
+            return prefix + '"' + _escape(text)
+        return prefix + '"' + _escape(text) + '"'
+
+    def _continue_string(
+        self, path: tuple[Segment, ...], value: tuple[bool, str] | None, more: bool
+    ) -> str:
+        if path != self._open_string or (value is not None and not value[0]):
+            raise PartialArgsError("partial_args_order", "a continued string was interrupted")
+        text = _escape(value[1]) if value is not None else ""
+        if more:
+            return text
+        self._open_string = None
+        return text + '"'
+
+    def _navigate(self, path: tuple[Segment, ...]) -> str:
+        out: list[str] = []
+        if not self._stack:
+            self._stack.append(_Container(None, is_array=False))
+            out.append("{")
+        keep = 1
+        while (
+            keep < len(self._stack)
+            and keep < len(path)
+            and self._stack[keep].segment == path[keep - 1]
+        ):
+            keep += 1
+        while len(self._stack) > keep:
+            out.append("]" if self._stack.pop().is_array else "}")
+        for depth in range(keep - 1, len(path) - 1):
+            out.append(self._child(path[depth]))
+            is_array = isinstance(path[depth + 1], int)
+            self._stack.append(_Container(path[depth], is_array=is_array))
+            out.append("[" if is_array else "{")
+        out.append(self._child(path[-1]))
+        return "".join(out)
+
+    def _child(self, segment: Segment) -> str:
+        parent = self._stack[-1]
+        comma = "," if parent.count else ""
+        if parent.is_array != isinstance(segment, int):
+            raise PartialArgsError("partial_args_order", "jsonPath changes a container's kind")
+        if isinstance(segment, int):
+            if segment != parent.count:
+                raise PartialArgsError("partial_args_order", "array index is not the next one")
+            parent.count += 1
+            return comma
+        if segment in parent.keys:
+            raise PartialArgsError("partial_args_order", "jsonPath returns to a written key")
+        parent.keys.add(segment)
+        parent.count += 1
+        return comma + _escape_key(segment)
+
+
+def _escape_key(key: str) -> str:
+    return '"' + _escape(key) + '":'
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+@dataclass
+class _StreamedCall:
+    """A Vertex streamed call between its start and its terminal."""
+
+    call: OpenCall
+    writer: PartialArgsWriter
+    provider_id: str | None
+
+
+@dataclass
+class _Response:
+    response_id: str
+    provider_id: str | None
+    next_item: int = 0
+    open: _StreamedCall | None = None
+    abandoned: int = 0
+    deferred: list[OpenCall] = field(default_factory=list)
+    known_ids: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    finished: bool = False
+
+    @property
+    def unterminated(self) -> int:
+        """Calls of this response that have no trusted terminal yet."""
+        return self.abandoned + len(self.deferred) + (1 if self.open is not None else 0)
+
+
+class GeminiAdapter(StreamAdapter):
+    """One Gemini / Vertex ``streamGenerateContent`` stream (or several, concatenated)."""
+
+    provider: ClassVar[str] = "gemini"
+
+    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
+        super().__init__(ctx, now=now)
+        self._current: _Response | None = None
+        self._finished_ids: set[str] = set()
+        self._responses = 0
+        self._failure: str | None = None
+        self._closed = False
+
+    # -- entry points ----------------------------------------------------------------------
+
+    def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
+        if self._failure is not None or self._closed:
+            return self._refuse()
+        try:
+            return super().feed(chunk)
+        except AdapterError as exc:
+            self._failure = self._failure or exc.reason
+            raise
+
+    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        if self._failure is not None or self._closed:
+            return self._refuse()
+        try:
+            return self._chunk(event)
+        except AdapterError as exc:
+            self._failure = exc.reason
+            raise
+        except ValidationError as exc:
+            self._failure = "bad_chunk"
+            raise _bad_chunk(describe_validation_error(exc)) from None
+
+    def close(self) -> list[FragmentEvent]:
+        if self._closed:
+            return []
+        self._closed = True
+        if self._failure is not None:
+            return self._end_current(ResponseStatus.ERROR, f"adapter_error: {self._failure}")
+        return self._end_current(ResponseStatus.INCOMPLETE, "stream ended before finishReason")
+
+    def _refuse(self) -> list[FragmentEvent]:
+        self.anomaly("chunk ignored: the stream is closed or failed")
+        if self._failure is None:
+            return []
+        return self._end_current(ResponseStatus.ERROR, f"adapter_error: {self._failure}")
+
+    def _end_current(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
+        resp = self._current
+        if resp is None or resp.finished:
+            return []
+        return [self._finish(resp, status, reason)]
+
+    # -- chunks ----------------------------------------------------------------------------
+
+    def _chunk(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
+        if "error" in chunk:
+            return self._provider_error(chunk["error"])
+        if not _KNOWN_CHUNK_KEYS.intersection(chunk):
+            raise _bad_chunk("unknown chunk (no candidates, usage or response id)")
+        candidate = self._primary_candidate(chunk)
+        blocked = _prompt_blocked(chunk)
+        if candidate is None and not blocked:
+            return []
+        out: list[FragmentEvent] = []
+        resp = self._response_for(chunk, out)
+        if resp is None:
+            return out
+        if candidate is None:
+            out.append(self._finish(resp, ResponseStatus.FAILED, "prompt_blocked"))
+            return out
+        try:
+            out.extend(self._candidate(resp, candidate))
+        except PartialArgsError as exc:
+            self.anomaly(f"response made inert: {exc.detail}")
+            out.append(self._finish(resp, ResponseStatus.ERROR, f"{exc.reason}: {exc.detail}"))
+        return out
+
+    def _primary_candidate(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
+        candidates = chunk.get("candidates")
+        if candidates is None:
+            return None
+        if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
+            raise _bad_chunk("candidates is not a list of objects")
+        if len(candidates) > 1:
+            self.anomaly("only candidate 0 is read")
+        for candidate in candidates:
+            if candidate.get("index", 0) == 0:
+                result: dict[str, Any] = candidate
+                return result
+        return None
+
+    def _response_for(self, chunk: dict[str, Any], out: list[FragmentEvent]) -> _Response | None:
+        provider_id = _response_id(chunk)
+        current = self._current
+        if current is not None and not current.finished:
+            if provider_id is None or provider_id == current.provider_id:
+                return current
+            self.anomaly("a new responseId arrived before finishReason")
+            out.append(self._finish(current, ResponseStatus.INCOMPLETE, "superseded"))
+        if provider_id is not None and provider_id in self._finished_ids:
+            self.anomaly("chunk ignored: its response already finished")
+            return None
+        number = self._responses
+        self._responses += 1
+        response_id = provider_id or self._event_id("response", number)
+        self._current = _Response(response_id=response_id, provider_id=provider_id)
+        return self._current
+
+    def _provider_error(self, error: object) -> list[FragmentEvent]:
+        status = error.get("status") if isinstance(error, dict) else None
+        word = status if isinstance(status, str) and _ENUM_WORD.fullmatch(status) else "unknown"
+        self.anomaly(f"provider error chunk ({word})")
+        return self._end_current(ResponseStatus.FAILED, f"provider_error: {word}")
+
+    def _candidate(self, resp: _Response, candidate: dict[str, Any]) -> list[FragmentEvent]:
+        finish = candidate.get("finishReason")
+        if finish is not None and not isinstance(finish, str):
+            raise _bad_chunk("finishReason is not a string")
+        status = _FINISH_STATUS.get(finish, ResponseStatus.INCOMPLETE) if finish else None
+        trusted = status in (None, ResponseStatus.COMPLETED)
+        out: list[FragmentEvent] = []
+        for part in _parts(candidate):
+            out.extend(self._part(resp, part, trusted))
+        if finish is not None and status is not None:
+            out.extend(self._finish_reason(resp, finish, status))
+        return out
+
+    # -- parts -----------------------------------------------------------------------------
+
+    def _part(self, resp: _Response, part: dict[str, Any], trusted: bool) -> list[FragmentEvent]:
+        fc = part.get("functionCall")
+        out: list[FragmentEvent] = []
+        if trusted and (fc is not None or part.get("text")):
+            out.extend(self._flush(resp))
+        if fc is None:
+            return out
+        if not isinstance(fc, dict):
+            raise _bad_chunk("functionCall is not an object")
+        if "args" in fc:
+            out.extend(self._whole_call(resp, fc))
+        elif "name" in fc and not self._continues_open(resp, fc):
+            out.extend(self._start_streamed(resp, fc))
+        else:
+            out.extend(self._continue_streamed(resp, fc))
+        return out
+
+    def _whole_call(self, resp: _Response, fc: dict[str, Any]) -> list[FragmentEvent]:
+        args = fc.get("args")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict) or "partialArgs" in fc:
+            raise _bad_chunk("functionCall args is not an object")
+        try:
+            text = orjson.dumps(args).decode()
+        except orjson.JSONEncodeError:
+            raise _bad_chunk("functionCall args cannot be encoded") from None
+        provider_id = _call_id(fc)
+        if self._is_duplicate(resp, provider_id, _tool_name(fc), text):
+            return []
+        self._abandon_open(resp)
+        call = self._new_call(resp, fc, provider_id, text)
+        return [self.started(call), self.delta(call, text), self.ended(call, "whole", text)]
+
+    def _start_streamed(self, resp: _Response, fc: dict[str, Any]) -> list[FragmentEvent]:
+        provider_id = _call_id(fc)
+        if self._is_duplicate(resp, provider_id, _tool_name(fc), None):
+            return []
+        self._abandon_open(resp)
+        call = self._new_call(resp, fc, provider_id, None)
+        resp.open = _StreamedCall(call, PartialArgsWriter(), provider_id)
+        return [self.started(call), *self._continue_streamed(resp, fc)]
+
+    def _continue_streamed(self, resp: _Response, fc: dict[str, Any]) -> list[FragmentEvent]:
+        streamed = resp.open
+        partial = fc.get("partialArgs")
+        terminal = fc.get("willContinue") is not True
+        if streamed is None:
+            if partial or terminal:
+                self.anomaly("functionCall continuation without an open call ignored")
+            return []
+        self._check_identity(streamed, fc)
+        text = streamed.writer.feed(partial) if partial is not None else ""
+        if terminal:
+            text += streamed.writer.finish()
+        out: list[FragmentEvent] = [self.delta(streamed.call, text)] if text else []
+        if terminal:
+            resp.open = None
+            out.extend(self._terminal(resp, streamed.call, explicit=_is_empty_call(fc)))
+        return out
+
+    def _terminal(self, resp: _Response, call: OpenCall, *, explicit: bool) -> list[FragmentEvent]:
+        if explicit:
+            return [self.ended(call, "empty_function_call")]
+        resp.deferred.append(call)
+        return []
+
+    def _flush(self, resp: _Response) -> list[FragmentEvent]:
+        """The model moved on (or finished with STOP): deferred implicit terminals are trusted."""
+        ended: list[FragmentEvent] = [self.ended(call, "last_part") for call in resp.deferred]
+        resp.deferred.clear()
+        return ended
+
+    # -- identity --------------------------------------------------------------------------
+
+    def _new_call(
+        self, resp: _Response, fc: dict[str, Any], provider_id: str | None, args: str | None
+    ) -> OpenCall:
+        position = resp.next_item
+        resp.next_item += 1
+        tool = _tool_name(fc)
+        if provider_id is not None:
+            resp.known_ids[provider_id] = (tool, args)
+        call_id = provider_id or f"{resp.response_id}:{position}"
+        return OpenCall(resp.response_id, str(position), call_id, tool)
+
+    def _continues_open(self, resp: _Response, fc: dict[str, Any]) -> bool:
+        """A part with a name continues the open call only when it repeats that call's id."""
+        open_id = resp.open.provider_id if resp.open is not None else None
+        return open_id is not None and _call_id(fc) == open_id
+
+    def _check_identity(self, streamed: _StreamedCall, fc: dict[str, Any]) -> None:
+        """Names and ids are set once: a different one on a continuation is a conflict."""
+        name = fc.get("name")
+        if name is not None and name != streamed.call.tool:
+            raise PartialArgsError("identity_conflict", "a continuation names another tool")
+        provider_id = _call_id(fc)
+        if provider_id is None or provider_id == streamed.provider_id:
+            return
+        if streamed.provider_id is not None:
+            raise PartialArgsError("identity_conflict", "a continuation carries another call id")
+        self.anomaly("a call id arrived after the call started; the positional id is kept")
+
+    def _is_duplicate(
+        self, resp: _Response, provider_id: str | None, tool: str, args: str | None
+    ) -> bool:
+        """A call id seen before in this response: the same call again, or a conflict."""
+        if provider_id is None or provider_id not in resp.known_ids:
+            return False
+        if resp.known_ids[provider_id] != (tool, args):
+            raise PartialArgsError("identity_conflict", "a call id was reused for another call")
+        self.anomaly("duplicate functionCall part ignored")
+        return True
+
+    def _abandon_open(self, resp: _Response) -> None:
+        if resp.open is not None:
+            self.anomaly("a new call started before the open call's terminal")
+            resp.abandoned += 1
+            resp.open = None
+
+    # -- the end of a response -------------------------------------------------------------
+
+    def _finish_reason(
+        self, resp: _Response, finish: str, status: ResponseStatus
+    ) -> list[FragmentEvent]:
+        out: list[FragmentEvent] = []
+        if status is ResponseStatus.COMPLETED:
+            out.extend(self._flush(resp))
+        word = finish if finish in _FINISH_STATUS else "unknown"
+        out.append(self._finish(resp, status, f"finish_reason={word}"))
+        return out
+
+    def _finish(self, resp: _Response, status: ResponseStatus, reason: str) -> FragmentEvent:
+        open_calls = resp.unterminated
+        if open_calls:
+            reason = f"{reason}; {open_calls} call(s) without a trusted terminal made inert"
+        resp.finished = True
+        resp.open = None
+        resp.deferred.clear()
+        if resp.provider_id is not None:
+            self._finished_ids.add(resp.provider_id)
+        return self.response_ended(resp.response_id, status, reason)
+
+
+# --------------------------------------------------------------------------- field readers
+
+
+def _parts(candidate: dict[str, Any]) -> list[dict[str, Any]]:
+    content = candidate.get("content")
+    if content is None:
+        return []
+    parts = content.get("parts", []) if isinstance(content, dict) else None
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        raise _bad_chunk("content.parts is not a list of objects")
+    return parts
+
+
+def _response_id(chunk: dict[str, Any]) -> str | None:
+    value = chunk.get("responseId")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID:
+        raise _bad_chunk("responseId is not a short string")
+    return value
+
+
+def _tool_name(fc: dict[str, Any]) -> str:
+    name = fc.get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
+        raise _bad_chunk("functionCall name is missing or too long")
+    return name
+
+
+def _call_id(fc: dict[str, Any]) -> str | None:
+    value = fc.get("id")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > _MAX_ID:
+        raise _bad_chunk("functionCall id is not a short string")
+    return value
+
+
+def _is_empty_call(fc: dict[str, Any]) -> bool:
+    """The explicit terminal: no name, no arguments (an id alone is allowed)."""
+    return not fc.get("name") and not fc.get("partialArgs") and "args" not in fc
+
+
+def _prompt_blocked(chunk: dict[str, Any]) -> bool:
+    feedback = chunk.get("promptFeedback")
+    return isinstance(feedback, dict) and feedback.get("blockReason") is not None

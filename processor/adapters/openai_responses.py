@@ -1,0 +1,434 @@
+"""OpenAI Responses API streams (and compatible servers: Azure, Bedrock Mantle) → fragments.
+
+This module owns the reading of the Responses event vocabulary:
+
+* Identity. ``response.created`` names the response (``response.id``); every later event
+  belongs to the latest created response. A ``function_call`` output item is one call: item id
+  = ``item.id`` (``#<output_index>`` if a server omits it), call id = ``item.call_id`` (the item
+  id if a server omits it), tool = ``item.name``. Argument deltas are found by ``item_id``, else
+  by ``output_index``; when both are given they must agree.
+* Positions. ``seq`` is arrival order per call. ``sequence_number`` is checked per response: an
+  already seen number is a replay (a delta is re-emitted at the position it had, so it carries
+  the same event id and the Assembler dedupes it; other replayed events are ignored); a gap or a
+  reordering withholds the terminal of every call open at that point, so they end inert.
+* Terminals. ``response.function_call_arguments.done`` or, if that never came, a completed
+  ``response.output_item.done`` ends a call, carrying the provider's full ``arguments`` as the
+  cross-check. A call that got no argument text at all gets the delta ``{}``.
+* Response ends. ``response.completed`` / ``response.incomplete`` / ``response.failed``, a
+  mid-stream ``error`` event, a second ``response.created`` while the response is still open
+  (a splice), a bad chunk, or the end of the stream give one ``response.ended`` per response;
+  every call still open then is inert. Several concatenated streams (each starting with
+  ``response.created``, ``sequence_number`` restarting) are several responses.
+
+Reasoning, text, refusal, audio and hosted-tool events are ignored; ``custom_tool_call`` and
+``computer_call`` items are not function calls and are ignored with an anomaly. Any other event
+type, or a known one with the wrong structure, raises :class:`AdapterError`; after that the
+adapter refuses further chunks and ``close()`` ends every open response with status ``error``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
+from processor.core.errors import AdapterError
+from processor.core.events import FragmentEvent, ResponseStatus
+
+PROVIDER: Final = "openai-responses"
+
+_CODE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+_STRUCTURE_ERRORS: Final = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+_MAX_ID: Final = 256
+_MAX_NAME: Final = 128
+
+_HARMLESS_EXACT: Final = frozenset({"response.in_progress", "response.queued", "keepalive", "ping"})
+_HARMLESS_PREFIXES: Final = (
+    "response.output_text.",
+    "response.content_part.",
+    "response.reasoning",
+    "response.refusal.",
+    "response.audio.",
+    "response.audio_transcript.",
+    "response.output_audio",
+    "response.web_search_call.",
+    "response.file_search_call.",
+    "response.code_interpreter_call",
+    "response.image_generation_call.",
+    "response.mcp_call",
+    "response.mcp_list_tools.",
+    "response.custom_tool_call_input.",
+)
+_UNSUPPORTED_ITEMS: Final = frozenset({"custom_tool_call", "computer_call"})
+_DELTA: Final = "response.function_call_arguments.delta"
+
+
+# --------------------------------------------------------------------------- small readers
+
+
+def _shown(value: object) -> str:
+    """A provider code safe to put in a reason or message, else a placeholder."""
+    return value if isinstance(value, str) and _CODE.fullmatch(value) else "?"
+
+
+def _bad(detail: str) -> AdapterError:
+    return AdapterError("bad_chunk", f"{PROVIDER}: {detail}")
+
+
+def _obj(event: dict[str, Any], key: str) -> dict[str, Any]:
+    value = event.get(key)
+    if not isinstance(value, dict):
+        raise _bad(f"field {key!r} missing or not an object")
+    return value
+
+
+def _text(event: dict[str, Any], key: str, limit: int) -> str:
+    value = event.get(key)
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        raise _bad(f"field {key!r} missing, empty, too long or not a string")
+    return value
+
+
+def _opt_str(event: dict[str, Any], key: str) -> str | None:
+    value = event.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _bad(f"field {key!r} is not a string")
+    return value
+
+
+def _opt_int(event: dict[str, Any], key: str) -> int | None:
+    value = event.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise _bad(f"field {key!r} is not an integer")
+    return value
+
+
+def _is_harmless(kind: str) -> bool:
+    return kind in _HARMLESS_EXACT or kind.startswith(_HARMLESS_PREFIXES)
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass
+class _Call(OpenCall):
+    output_index: int | None = None
+    poisoned: str | None = None
+    # sequence_number → the seq its delta got, so a replayed delta keeps its event id
+    positions: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Response:
+    response_id: str
+    ended: bool = False
+    last_sn: int | None = None
+    calls: dict[str, _Call] = field(default_factory=dict)
+    by_index: dict[int, _Call] = field(default_factory=dict)
+
+    def open_calls(self) -> list[_Call]:
+        return [c for c in self.calls.values() if not c.ended]
+
+
+Handler = Callable[[dict[str, Any]], list[FragmentEvent]]
+
+
+class OpenAIResponsesAdapter(StreamAdapter):
+    """One Responses stream (or several concatenated) → fragment events."""
+
+    provider: ClassVar[str] = PROVIDER
+
+    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
+        super().__init__(ctx, now=now)
+        self._responses: dict[str, _Response] = {}
+        self._current: _Response | None = None
+        self._failure: str | None = None
+        self._closed = False
+        self._handlers: dict[str, Handler] = {
+            "response.created": self._on_created,
+            "response.output_item.added": self._on_item_added,
+            _DELTA: self._on_delta,
+            "response.function_call_arguments.done": self._on_args_done,
+            "response.output_item.done": self._on_item_done,
+            "response.completed": self._on_completed,
+            "response.incomplete": self._on_incomplete,
+            "response.failed": self._on_failed,
+            "error": self._on_error,
+        }
+
+    # -- the interface -------------------------------------------------------------------
+
+    def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
+        self._require_running()
+        try:
+            return super().feed(chunk)
+        except AdapterError:
+            self._failure = "bad_chunk"
+            raise
+
+    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        self._require_running()
+        try:
+            return self._route(event)
+        except AdapterError:
+            self._failure = "bad_chunk"
+            raise
+        except _STRUCTURE_ERRORS as exc:
+            self._failure = "bad_chunk"
+            raise _bad(f"unreadable event ({type(exc).__name__})") from None
+
+    def close(self) -> list[FragmentEvent]:
+        self._closed = True
+        current = self._current
+        if current is None or current.ended:
+            return []
+        if self._failure is not None:
+            return [self._end(current, ResponseStatus.ERROR, self._failure)]
+        return [self._end(current, ResponseStatus.INCOMPLETE, "stream ended before the response")]
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def _require_running(self) -> None:
+        if self._closed:
+            raise AdapterError("adapter_closed", f"{PROVIDER}: stream already closed")
+        if self._failure is not None:
+            raise AdapterError("adapter_failed", f"{PROVIDER}: stream already failed")
+
+    def _route(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        kind = event.get("type")
+        if not isinstance(kind, str):
+            raise _bad("event has no type")
+        handler = self._handlers.get(kind)
+        if handler is None and not _is_harmless(kind):
+            raise AdapterError("unknown_event", f"{PROVIDER}: unknown event type {_shown(kind)!r}")
+        if kind != "response.created" and self._is_replay(event):
+            return self._on_replay(kind, event)
+        return handler(event) if handler is not None else []
+
+    def _live(self) -> _Response | None:
+        """The response later events belong to, or None if it has ended (they are ignored)."""
+        current = self._current
+        if current is None:
+            raise _bad("event before response.created")
+        if current.ended:
+            self.anomaly("event after the response ended ignored")
+            return None
+        return current
+
+    # -- sequence numbers ------------------------------------------------------------------
+
+    def _is_replay(self, event: dict[str, Any]) -> bool:
+        """Check ``sequence_number``; True when this event was already seen."""
+        sn = _opt_int(event, "sequence_number")
+        current = self._current
+        if sn is None or current is None or current.ended:
+            return False
+        last = current.last_sn
+        if last is not None and sn <= last:
+            return True
+        if last is not None and sn != last + 1:
+            self.anomaly("sequence_number gap: open calls withheld")
+            for call in current.open_calls():
+                call.poisoned = call.poisoned or "sequence_gap"
+        current.last_sn = sn
+        return False
+
+    def _on_replay(self, kind: str, event: dict[str, Any]) -> list[FragmentEvent]:
+        self.anomaly("replayed sequence_number")
+        current = self._current
+        sn = _opt_int(event, "sequence_number")
+        if kind != _DELTA or current is None or sn is None:
+            return []
+        call = self._find(current, event)
+        seq = call.positions.get(sn) if call is not None else None
+        if call is None or seq is None:
+            return []
+        return [self.delta(call, _opt_str(event, "delta") or "", seq=seq)]
+
+    # -- responses -------------------------------------------------------------------------
+
+    def _on_created(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        response_id = _text(_obj(event, "response"), "id", _MAX_ID)
+        current = self._current
+        if current is not None and current.response_id == response_id:
+            self.anomaly("repeated response.created ignored")
+            return []
+        out: list[FragmentEvent] = []
+        if current is not None and not current.ended:
+            self.anomaly("response.created while the previous response was open")
+            out.append(self._end(current, ResponseStatus.ERROR, "spliced response"))
+        known = self._responses.get(response_id)
+        if known is not None:
+            self.anomaly("response.created for an earlier response ignored")
+            self._current = known
+            return out
+        self._current = _Response(response_id, last_sn=_opt_int(event, "sequence_number"))
+        self._responses[response_id] = self._current
+        return out
+
+    def _on_completed(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        response = self._terminal_response(event)
+        if response is None:
+            return []
+        if response.open_calls():
+            self.anomaly("response completed with calls that never ended")
+        return [self._end(response, ResponseStatus.COMPLETED, "completed")]
+
+    def _on_incomplete(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        response = self._terminal_response(event)
+        if response is None:
+            return []
+        details = _obj(event, "response").get("incomplete_details")
+        code = details.get("reason") if isinstance(details, dict) else None
+        return [self._end(response, ResponseStatus.INCOMPLETE, _shown(code))]
+
+    def _on_failed(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        response = self._terminal_response(event)
+        if response is None:
+            return []
+        error = _obj(event, "response").get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        return [self._end(response, ResponseStatus.FAILED, _shown(code))]
+
+    def _on_error(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        error = event.get("error")
+        details = error if isinstance(error, dict) else event
+        code = details.get("code") or details.get("type")
+        current = self._current
+        if current is None or current.ended:
+            self.anomaly("error event outside an open response")
+            return []
+        return [self._end(current, ResponseStatus.ERROR, _shown(code))]
+
+    def _terminal_response(self, event: dict[str, Any]) -> _Response | None:
+        response_id = _text(_obj(event, "response"), "id", _MAX_ID)
+        known = self._responses.get(response_id)
+        if known is None or known is not self._current:
+            raise _bad("terminal event for a response that is not the current one")
+        return None if known.ended else known
+
+    def _end(self, response: _Response, status: ResponseStatus, reason: str) -> FragmentEvent:
+        response.ended = True
+        return self.response_ended(response.response_id, status, reason)
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def _on_item_added(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        item = _obj(event, "item")
+        if not self._is_function_call(item):
+            return []
+        response = self._live()
+        if response is None:
+            return []
+        output_index = _opt_int(event, "output_index")
+        item_id = _opt_str(item, "id") or f"#{output_index}"
+        call_id = _opt_str(item, "call_id") or item_id
+        if not 0 < len(item_id) <= _MAX_ID or len(call_id) > _MAX_ID:
+            raise _bad("item id or call id too long")
+        tool = _text(item, "name", _MAX_NAME)
+        existing = response.calls.get(item_id)
+        if existing is not None:
+            self._check_same(existing, call_id, tool)
+            return []
+        call = _Call(response.response_id, item_id, call_id, tool, output_index=output_index)
+        self._register(response, call)
+        return [self.started(call)]
+
+    def _is_function_call(self, item: dict[str, Any]) -> bool:
+        kind = item.get("type")
+        if kind in _UNSUPPORTED_ITEMS:
+            self.anomaly("unsupported client tool item ignored")
+        return kind == "function_call"
+
+    def _register(self, response: _Response, call: _Call) -> None:
+        response.calls[call.item_id] = call
+        if call.output_index is None:
+            return
+        clash = response.by_index.get(call.output_index)
+        if clash is not None and not clash.ended:
+            self.anomaly("two calls at one output_index: the first is withheld")
+            clash.poisoned = clash.poisoned or "output_index_conflict"
+        response.by_index[call.output_index] = call
+
+    def _check_same(self, call: _Call, call_id: str | None, tool: str | None) -> None:
+        """Names and ids are set once: a repeat is ignored, a conflict withholds the end."""
+        if (call_id is None or call_id == call.call_id) and (tool is None or tool == call.tool):
+            return
+        self.anomaly("conflicting call id or name: call withheld")
+        if not call.ended:
+            call.poisoned = call.poisoned or "identity_conflict"
+
+    def _find(self, response: _Response, event: dict[str, Any]) -> _Call | None:
+        item_id = _opt_str(event, "item_id")
+        output_index = _opt_int(event, "output_index")
+        by_id = response.calls.get(item_id) if item_id else None
+        by_index = response.by_index.get(output_index) if output_index is not None else None
+        if by_id is not None and by_index is not None and by_id is not by_index:
+            self.anomaly("item_id and output_index disagree: call withheld")
+            by_id.poisoned = by_id.poisoned or "identity_conflict"
+        call = by_id if item_id else by_index
+        if call is None:
+            self.anomaly("event for an unknown call item ignored")
+        return call
+
+    def _on_delta(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        response = self._live()
+        call = self._find(response, event) if response is not None else None
+        if call is None:
+            return []
+        text = _opt_str(event, "delta")
+        if text is None:
+            raise _bad("field 'delta' missing")
+        if call.ended:
+            self.anomaly("delta after the call ended ignored")
+            return []
+        if not text:
+            return []
+        delta = self.delta(call, text)
+        sn = _opt_int(event, "sequence_number")
+        if sn is not None:
+            call.positions[sn] = delta.seq
+        return [delta]
+
+    def _on_args_done(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        response = self._live()
+        call = self._find(response, event) if response is not None else None
+        if call is None or call.ended:
+            return []
+        arguments = _opt_str(event, "arguments")
+        return self._finish_call(call, "response.function_call_arguments.done", arguments)
+
+    def _on_item_done(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        item = _obj(event, "item")
+        if item.get("type") != "function_call":
+            return []
+        response = self._live()
+        if response is None:
+            return []
+        lookup = {"item_id": item.get("id"), "output_index": event.get("output_index")}
+        call = self._find(response, lookup)
+        if call is None:
+            return []
+        self._check_same(call, _opt_str(item, "call_id"), _opt_str(item, "name"))
+        if call.ended:
+            return []
+        if item.get("status") not in (None, "completed"):
+            self.anomaly("function_call item done but not completed: call withheld")
+            return []
+        arguments = _opt_str(item, "arguments")
+        return self._finish_call(call, "response.output_item.done", arguments)
+
+    def _finish_call(
+        self, call: _Call, terminal: str, arguments: str | None
+    ) -> list[FragmentEvent]:
+        """End ``call`` unless withheld; a call without argument text gets ``{}``."""
+        if call.poisoned is not None:
+            self.anomaly("terminal of a withheld call ignored")
+            return []
+        out: list[FragmentEvent] = []
+        if call.next_seq == 1:
+            out.append(self.delta(call, arguments or "{}"))
+        out.append(self.ended(call, f"{terminal}:{call.item_id}", arguments or None))
+        return out

@@ -1,0 +1,121 @@
+"""Offline commands: ``replay`` (incident review and the core's black-box harness),
+``schemas export|check`` and ``states`` (the transition table as a diagram).
+
+``replay`` runs one Assembler over fragment and control events (one JSON object a line) and
+writes every output as one JSON line with a ``kind`` field. Time comes from the records
+themselves (``ts`` or ``issued_at``, never decreasing), so the same input gives the same output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from processor.core.assembler import Assembler, RecordSource
+from processor.core.errors import ProcessorError
+from processor.core.events import OUTPUT_TOPIC, OutputRecord
+from processor.core.policy import Limits
+from processor.core.states import mermaid
+from processor.schema_export import check_schemas, export_schemas
+from processor.toolsfile import load_registry
+
+KIND = {model: model.model_fields["type"].default for model in OUTPUT_TOPIC}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    replay = subparsers.add_parser("replay", help="run the Assembler over a JSON-lines event file")
+    replay.add_argument("--tools", required=True, help="tool registry (YAML or JSON)")
+    replay.add_argument("events", nargs="?", default="-", help="events file, or - for stdin")
+    replay.add_argument("--summary", action="store_true", help="print counts to stderr at the end")
+    replay.set_defaults(func=_replay_command)
+
+    schemas = subparsers.add_parser("schemas", help="JSON Schemas of the wire contract")
+    schemas_sub = schemas.add_subparsers(dest="schemas_command", required=True)
+    export = schemas_sub.add_parser("export", help="write schemas/*.schema.json")
+    export.add_argument("--out", default="schemas", help="output folder")
+    export.set_defaults(func=lambda a: _export(Path(a.out)))
+    check = schemas_sub.add_parser("check", help="fail when schemas/ drifted from the models")
+    check.add_argument("--dir", default="schemas")
+    check.set_defaults(func=lambda a: _check(Path(a.dir)))
+
+    states = subparsers.add_parser("states", help="print the call state machine (mermaid)")
+    states.set_defaults(func=lambda _a: _print(mermaid()))
+
+
+def replay(
+    lines: Iterable[bytes], assembler: Assembler, *, source: str = "replay"
+) -> Iterator[OutputRecord]:
+    """Feed each line to the Assembler, advancing time from the records; yield every output."""
+    now = 0.0
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        now = max(now, _record_time(line))
+        yield from assembler.tick(now)
+        yield from assembler.handle_record(line, RecordSource(source, 0, number), now)
+
+
+def output_line(record: OutputRecord) -> bytes:
+    data: dict[str, Any] = {"kind": KIND[type(record)]}
+    data.update(record.model_dump(mode="json"))
+    return orjson.dumps(data) + b"\n"
+
+
+def _record_time(line: bytes) -> float:
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return 0.0
+    if not isinstance(data, dict):
+        return 0.0
+    for field in ("ts", "issued_at"):
+        value = data.get(field)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return 0.0
+
+
+def _replay_command(args: argparse.Namespace) -> int:
+    try:
+        registry = load_registry(args.tools)
+    except ProcessorError as exc:
+        print(f"processor replay: {exc}", file=sys.stderr)
+        return 2
+    assembler = Assembler(registry, Limits())
+    counts: dict[str, int] = {}
+    stream: IO[bytes] = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
+    with stream:
+        out = sys.stdout.buffer
+        for record in replay(stream, assembler, source=args.events):
+            kind = KIND[type(record)]
+            counts[kind] = counts.get(kind, 0) + 1
+            out.write(output_line(record))
+        out.flush()
+    if args.summary:
+        summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no outputs"
+        print(f"replay: {summary}; open buffers={assembler.open_buffers}", file=sys.stderr)
+    return 0
+
+
+def _export(folder: Path) -> int:
+    for path in export_schemas(folder):
+        print(path)
+    return 0
+
+
+def _check(folder: Path) -> int:
+    drift = check_schemas(folder)
+    for line in drift:
+        print(line, file=sys.stderr)
+    return 1 if drift else 0
+
+
+def _print(text: str) -> int:
+    print(text)
+    return 0

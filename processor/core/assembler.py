@@ -1,0 +1,790 @@
+"""The per-partition Assembler: fragment and control events in, decisions out. No IO.
+
+``handle(event, now)`` and ``tick(now)`` return output records (dispatch, proposal, status, ledger,
+audit, deadletter); ``handle_record(payload, source, now)`` does the same for raw bytes, turning
+anything undecodable into a dead letter. Time is passed in; there is no clock, randomness or IO
+inside, so the same inputs always give the same outputs (the offline replay relies on it).
+
+Every state change is tracked by key; ``drain_changes()`` returns the changelog records the Kafka
+runtime writes in the same transaction as the outputs, and ``restore(key, value)`` rebuilds the
+state from them after a crash or a rebalance.
+
+The order of a call's life, and the only road to ``dispatch``::
+
+    call.started / call.delta      → collecting (deltas scanned as they arrive)
+    call.ended                     → terminal_candidate (positions complete, JSON complete)
+    turn bound (turn.started)      → one strict parse, schema, business rules → validated
+    actor, permission, switches    → dispatched, or a proposal that waits for call.confirmed
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from processor.core.authn import AllowUnsigned, CommandVerifier
+from processor.core.buffer import CallBuffer, DeltaOutcome
+from processor.core.control import (
+    ControlState,
+    Flag,
+    cancel_reason,
+    response_state_key,
+    tool_state_key,
+    turn_state_key,
+)
+from processor.core.errors import AssemblyError, DuplicateConflict, RecordRejected, SequenceGap
+from processor.core.events import (
+    Audit,
+    AuditOutcome,
+    CallConfirmed,
+    CallDelta,
+    CallDenied,
+    CallEnded,
+    CallKey,
+    CallStarted,
+    DeadLetter,
+    Dispatch,
+    InputEvent,
+    Ledger,
+    OperatorCommand,
+    OutputRecord,
+    Proposal,
+    ResponseEnded,
+    ResponseQuarantined,
+    ResponseStatus,
+    Status,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+    TurnCancelled,
+    TurnStarted,
+    UserState,
+    decode_input,
+    stable_id,
+)
+from processor.core.policy import Limits, permission
+from processor.core.registry import Registry, ValidationContext
+from processor.core.states import CallState, TerminalReason, Trigger
+from processor.core.validation import Rejected, validate_call
+
+_RESPONSE_END_REASON = {
+    ResponseStatus.COMPLETED: TerminalReason.INCOMPLETE,  # the response ended, the call did not
+    ResponseStatus.INCOMPLETE: TerminalReason.INCOMPLETE,
+    ResponseStatus.FAILED: TerminalReason.RESPONSE_FAILED,
+    ResponseStatus.ERROR: TerminalReason.RESPONSE_FAILED,
+    ResponseStatus.CANCELLED: TerminalReason.RESPONSE_FAILED,
+}
+
+_STATUS_MESSAGE = {
+    TerminalReason.USER_STOP: "Stopped at your request.",
+    TerminalReason.SUPERSEDED: "Replaced by your newer message.",
+    TerminalReason.CONNECTION_LOST: "The connection was lost before the request was complete.",
+    TerminalReason.TURN_CANCELLED: "This turn was cancelled.",
+    TerminalReason.QUARANTINED: "Held back by an operator for review.",
+    TerminalReason.TOOL_DISABLED: "This tool is currently disabled.",
+    TerminalReason.TENANT_STOPPED: (
+        "Actions are paused for your organisation; a person will follow up."
+    ),
+    TerminalReason.PERMISSION_DENIED: "You are not allowed to use this tool.",
+    TerminalReason.UNKNOWN_TOOL: "The assistant asked for a tool that does not exist.",
+    TerminalReason.CONFIRMATION_DENIED: "You declined this action.",
+    TerminalReason.CONFIRMATION_EXPIRED: "The confirmation window closed before you answered.",
+}
+
+
+@dataclass(frozen=True)
+class RecordSource:
+    """Where a raw record came from (for dead letters)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """One changelog record: a state key and its new value (``None`` deletes it)."""
+
+    key: str
+    value: bytes | None
+
+
+class Assembler:
+    """Owns the call buffers and control state of one partition."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        limits: Limits | None = None,
+        *,
+        verifier: CommandVerifier | None = None,
+    ) -> None:
+        self.registry = registry
+        self.limits = limits or Limits()
+        self.verifier: CommandVerifier = verifier or AllowUnsigned()
+        self.calls: dict[CallKey, CallBuffer] = {}
+        self.control = ControlState()
+        self._dirty: set[str] = set()
+        self._open_per_tenant: dict[str, int] = {}
+        self.late_events = 0  # events for absorbing calls, ignored (a delivery condition)
+        self.duplicate_deltas = 0
+
+    # ================================================================== entry points
+
+    def handle_record(self, payload: bytes, source: RecordSource, now: float) -> list[OutputRecord]:
+        """Decode one raw record and handle it; an unusable record becomes a dead letter."""
+        try:
+            event = decode_input(payload)
+        except RecordRejected as exc:
+            return [self.dead_letter(payload, source, exc.reason, exc.detail, now)]
+        if _event_time(event) < now - self.limits.retention_seconds:
+            detail = "older than the retention window; its state may have been forgotten"
+            return [self.dead_letter(payload, source, "stale_event", detail, now)]
+        return self.handle(event, now)
+
+    def handle(self, event: InputEvent, now: float) -> list[OutputRecord]:
+        """Apply one decoded fragment or control event."""
+        out: list[OutputRecord] = []
+        match event:
+            case CallStarted() | CallDelta() | CallEnded():
+                self._on_call_event(event, now, out)
+            case ResponseEnded():
+                self._on_response_ended(event, now, out)
+            case TurnStarted():
+                self._on_turn_started(event, now, out)
+            case TurnCancelled():
+                self._on_turn_cancelled(event, now, out)
+            case CallConfirmed():
+                self._on_confirmed(event, now, out)
+            case CallDenied():
+                self._on_denied(event, now, out)
+            case _:
+                self._on_operator(event, now, out)
+        return out
+
+    def tick(self, now: float) -> list[OutputRecord]:
+        """Expire idle buffers, unbound candidates, unanswered confirmations; forget old state."""
+        out: list[OutputRecord] = []
+        for buf in list(self.calls.values()):
+            reason = self._expiry(buf, now)
+            if reason is TerminalReason.PERMISSION_DENIED:
+                buf.validation_result = "turn_not_bound"
+            if reason is not None:
+                self._terminate(buf, reason, now, out)
+        self._forget(now - self.limits.retention_seconds)
+        return out
+
+    def _expiry(self, buf: CallBuffer, now: float) -> TerminalReason | None:
+        """Why a waiting buffer has waited too long, if it has."""
+        limits = self.limits
+        if buf.state is CallState.COLLECTING:
+            idle = now - buf.last_activity > limits.idle_timeout_seconds
+            return TerminalReason.IDLE_TIMEOUT if idle else None
+        if buf.state is CallState.TERMINAL_CANDIDATE and buf.awaiting_binding_since is not None:
+            unbound = now - buf.awaiting_binding_since > limits.binding_wait_seconds
+            return TerminalReason.PERMISSION_DENIED if unbound else None
+        if buf.state is CallState.VALIDATED and buf.expires_at is not None:
+            return TerminalReason.CONFIRMATION_EXPIRED if now > buf.expires_at else None
+        return None
+
+    def dead_letter(
+        self, payload: bytes, source: RecordSource, reason: str, detail: str, now: float
+    ) -> DeadLetter:
+        return DeadLetter(
+            deadletter_id=stable_id(source.topic, str(source.partition), str(source.offset)),
+            source_topic=source.topic,
+            partition=source.partition,
+            offset=source.offset,
+            reason=reason,
+            detail=detail,
+            payload_bytes=len(payload),
+            payload_sha256=hashlib.sha256(payload).hexdigest(),
+            ts=now,
+        )
+
+    # ================================================================== statistics
+
+    @property
+    def open_buffers(self) -> int:
+        return sum(self._open_per_tenant.values())
+
+    @property
+    def buffered_bytes(self) -> int:
+        return sum(b.byte_count for b in self.calls.values() if b.open)
+
+    def call_state(self, key: CallKey) -> CallState:
+        buf = self.calls.get(key)
+        return buf.state if buf else CallState.ABSENT
+
+    # ================================================================== fragments
+
+    def _on_call_event(
+        self, event: CallStarted | CallDelta | CallEnded, now: float, out: list[OutputRecord]
+    ) -> None:
+        key = event.key
+        buf = self.calls.get(key)
+        is_new = False
+        if buf is not None and buf.state.absorbing:
+            self.late_events += 1
+            return
+        refusal = self.control.refusal(key.tenant, key.turn_id, key.response_id)
+        if buf is None:
+            if refusal is None:
+                refusal = self._capacity_refusal(key.tenant)
+            buf = self._new_buffer(key, now, refusal is None)
+            if refusal is not None:
+                buf.provider = event.provider
+                self._terminate(buf, refusal, now, out)
+                return
+            is_new = True
+        elif refusal is not None:
+            self._terminate(buf, refusal, now, out)
+            return
+        buf.last_activity = max(buf.last_activity, now)
+        buf.provider = buf.provider or event.provider
+        try:
+            if isinstance(event, CallStarted):
+                self._apply_start(buf, event)
+            elif isinstance(event, CallDelta):
+                self._apply_delta(buf, event)
+            else:
+                self._apply_end(buf, event, now, out)
+        except AssemblyError as exc:
+            buf.parse_result = buf.parse_result or exc.reason
+            self._terminate(buf, _reason_for(exc), now, out)
+            return
+        if is_new and buf.state is CallState.COLLECTING:
+            out.insert(
+                0, self._status(buf, UserState.PREPARING, False, "Preparing the request.", now)
+            )
+        self._touch(buf)
+
+    def _new_buffer(self, key: CallKey, now: float, opens: bool) -> CallBuffer:
+        buf = CallBuffer(key=key, started_at=now, last_activity=now)
+        self.calls[key] = buf
+        if opens:
+            self._count(buf)
+            self.control.ensure_turn(key.tenant, key.turn_id, now)
+            self._mark(turn_state_key(key.tenant, key.turn_id))
+        return buf
+
+    def _capacity_refusal(self, tenant: str) -> TerminalReason | None:
+        if self.open_buffers >= self.limits.max_open_buffers:
+            return TerminalReason.BUFFER_LIMIT
+        if self._open_per_tenant.get(tenant, 0) >= self.limits.max_open_buffers_per_tenant:
+            return TerminalReason.BUFFER_LIMIT
+        return None
+
+    def _apply_start(self, buf: CallBuffer, event: CallStarted) -> None:
+        if buf.tool is None:
+            buf.tool, buf.actor = event.tool, event.actor
+        elif (buf.tool, buf.actor) != (event.tool, event.actor):
+            raise DuplicateConflict(detail="call.started repeated with a different tool or actor")
+        if buf.state is CallState.ABSENT or buf.state is CallState.COLLECTING:
+            buf.fire(Trigger.START)
+        # a start after the end (terminal_candidate waiting for binding) adds nothing
+
+    def _apply_delta(self, buf: CallBuffer, event: CallDelta) -> None:
+        if buf.state is CallState.TERMINAL_CANDIDATE:
+            if buf.chunks[event.seq - 1 : event.seq] == [event.delta]:
+                buf.duplicate_count += 1
+                self.duplicate_deltas += 1
+                return
+            raise SequenceGap(detail="a delta arrived after the terminal event")
+        declaration = self._declaration(buf)
+        outcome = buf.add_delta(
+            event.seq,
+            event.delta,
+            max_bytes=self.limits.call_bytes(declaration),
+            max_deltas=self.limits.call_deltas(declaration),
+            max_window=self.limits.max_reorder_window,
+            depth=self.limits.max_depth,
+        )
+        if outcome is DeltaOutcome.DUPLICATE:
+            self.duplicate_deltas += 1
+        if buf.state is CallState.ABSENT:
+            buf.fire(Trigger.DELTA)
+
+    def _apply_end(
+        self, buf: CallBuffer, event: CallEnded, now: float, out: list[OutputRecord]
+    ) -> None:
+        if buf.state is CallState.TERMINAL_CANDIDATE:
+            if event.terminal_event_id != buf.terminal_event_id:
+                raise DuplicateConflict(detail="a second, different terminal event")
+            return  # the same terminal redelivered
+        if buf.tool is None:
+            raise SequenceGap(detail="terminal event without call.started")
+        text = buf.finish(event.seq, self.limits.max_depth)
+        buf.terminal_event_id = event.terminal_event_id
+        buf.provider_arguments = event.arguments
+        buf.fire(Trigger.END)
+        buf.parse_result = "complete"
+        self._touch(buf)
+        self._try_validate(buf, text, now, out)
+
+    def _on_response_ended(self, event: ResponseEnded, now: float, out: list[OutputRecord]) -> None:
+        reason = _RESPONSE_END_REASON[event.status]
+        record = self.control.ensure_response(event.tenant, event.turn_id, event.response_id, now)
+        if record.ended is None:
+            record.ended = reason.value
+            self._mark(response_state_key(event.tenant, event.turn_id, event.response_id))
+        for buf in self._calls_where(
+            lambda k: (
+                (k.tenant, k.turn_id, k.response_id)
+                == (event.tenant, event.turn_id, event.response_id)
+            )
+        ):
+            if buf.state in (CallState.ABSENT, CallState.COLLECTING):
+                self._terminate(buf, reason, now, out)
+
+    # ================================================================== validation & dispatch
+
+    def _try_validate(
+        self, buf: CallBuffer, text: bytes | None, now: float, out: list[OutputRecord]
+    ) -> None:
+        """Validate a terminal candidate once its turn is bound; then permission and dispatch."""
+        turn = self.control.turn(buf.key.tenant, buf.key.turn_id)
+        if turn is None or turn.actor is None:
+            if buf.awaiting_binding_since is None:
+                buf.awaiting_binding_since = now
+                self._touch(buf)
+            return
+        resolution = self.registry.resolve(buf.tool or "")
+        if resolution is None:
+            buf.validation_result = "unknown_tool"
+            self._terminate(buf, TerminalReason.UNKNOWN_TOOL, now, out)
+            return
+        declaration = resolution.declaration
+        buf.tool_name, buf.tool_version = declaration.name, declaration.version
+        buf.alias_used = resolution.alias_used
+        if text is None:
+            text = "".join(buf.chunks).encode("utf-8")
+        ctx = ValidationContext(
+            tenant=buf.key.tenant,
+            turn_id=buf.key.turn_id,
+            actor=turn.actor,
+            tool=declaration.name,
+            tool_version=declaration.version,
+        )
+        result = validate_call(text, declaration, ctx)
+        if isinstance(result, Rejected):
+            buf.parse_result, buf.validation_result = result.parse_result, result.validation_result
+            self._terminate(buf, result.reason, now, out)
+            return
+        buf.parse_result, buf.validation_result = "ok", "ok"
+        if buf.provider_arguments is not None and not _same_json(
+            buf.provider_arguments, result.arguments
+        ):
+            self._terminate(buf, TerminalReason.ARGUMENTS_MISMATCH, now, out)
+            return
+        denied = permission(
+            declaration, tenant=buf.key.tenant, call_actor=buf.actor or "", bound_actor=turn.actor
+        )
+        if denied is None and self.control.tool_disabled(buf.key.tenant, declaration.name):
+            denied = TerminalReason.TOOL_DISABLED
+        if denied is not None:
+            self._terminate(buf, denied, now, out)
+            return
+        buf.fire(Trigger.VALIDATE)
+        buf.arguments, buf.args_digest = result.arguments, result.args_digest
+        buf.awaiting_binding_since = None
+        buf.chunks, buf.pending, buf.scanner = [], {}, None  # the object is all we keep now
+        if declaration.requires_confirmation:
+            buf.expires_at = now + declaration.confirmation_ttl_seconds
+            self._touch(buf)
+            out.append(self._proposal(buf, now))
+            message = "Waiting for your confirmation."
+            out.append(self._status(buf, UserState.AWAITING_CONFIRMATION, False, message, now))
+            return
+        self._dispatch(buf, None, now, out)
+
+    def _dispatch(
+        self, buf: CallBuffer, confirmation: str | None, now: float, out: list[OutputRecord]
+    ) -> None:
+        assert buf.arguments is not None and buf.args_digest is not None
+        assert buf.tool_name is not None and buf.terminal_event_id is not None
+        buf.dispatch_id = stable_id("dispatch", buf.key.encoded(), buf.terminal_event_id)
+        out.append(
+            Dispatch(
+                **_key_fields(buf.key),
+                dispatch_id=buf.dispatch_id,
+                tool=buf.tool_name,
+                tool_version=buf.tool_version or "",
+                arguments=buf.arguments,
+                args_digest=buf.args_digest,
+                actor=buf.actor or "",
+                provider=buf.provider or "",
+                terminal_event_id=buf.terminal_event_id,
+                confirmation_ref=confirmation,
+                ts=now,
+            )
+        )
+        self._terminate(buf, TerminalReason.DISPATCHED, now, out)
+
+    # ================================================================== control: turns and users
+
+    def _on_turn_started(self, event: TurnStarted, now: float, out: list[OutputRecord]) -> None:
+        turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
+        if turn.actor is not None and turn.actor != event.actor:
+            out.append(self._audit(event, AuditOutcome.REJECTED, "actor_rebind", [], now))
+            return
+        turn.actor, turn.session = event.actor, event.session
+        self._mark(turn_state_key(event.tenant, event.turn_id))
+        for buf in self._calls_where(
+            lambda k: (k.tenant, k.turn_id) == (event.tenant, event.turn_id)
+        ):
+            if buf.state is CallState.TERMINAL_CANDIDATE:
+                self._try_validate(buf, None, now, out)
+
+    def _on_turn_cancelled(self, event: TurnCancelled, now: float, out: list[OutputRecord]) -> None:
+        if self._replayed(event, now, out):
+            return
+        reason = cancel_reason(event.reason)
+        turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
+        if turn.cancelled is None:
+            turn.cancelled = reason.value
+            self._mark(turn_state_key(event.tenant, event.turn_id))
+        affected = self._stop_where(
+            lambda k: (k.tenant, k.turn_id) == (event.tenant, event.turn_id), reason, now, out
+        )
+        out.append(self._audit(event, AuditOutcome.APPLIED, None, affected, now))
+
+    def _on_confirmed(self, event: CallConfirmed, now: float, out: list[OutputRecord]) -> None:
+        if self._replayed(event, now, out):
+            return
+        buf = self.calls.get(event.key)
+        problem = self._confirmation_problem(buf, event.actor, now)
+        if problem is None and buf is not None and buf.args_digest != event.args_digest:
+            problem = "digest_mismatch"
+        if problem is not None or buf is None:
+            if problem == "expired" and buf is not None:
+                self._terminate(buf, TerminalReason.CONFIRMATION_EXPIRED, now, out)
+            out.append(self._audit(event, AuditOutcome.REJECTED, problem, [], now))
+            return
+        out.append(self._audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
+        self._dispatch(buf, event.command_id, now, out)
+
+    def _on_denied(self, event: CallDenied, now: float, out: list[OutputRecord]) -> None:
+        if self._replayed(event, now, out):
+            return
+        buf = self.calls.get(event.key)
+        problem = self._confirmation_problem(buf, event.actor, now)
+        if problem is not None or buf is None:
+            out.append(self._audit(event, AuditOutcome.REJECTED, problem, [], now))
+            return
+        out.append(self._audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
+        self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
+
+    def _confirmation_problem(self, buf: CallBuffer | None, actor: str, now: float) -> str | None:
+        if buf is None or buf.state is not CallState.VALIDATED or buf.expires_at is None:
+            return "not_awaiting_confirmation"
+        turn = self.control.turn(buf.key.tenant, buf.key.turn_id)
+        if turn is None or turn.actor != actor:
+            return "wrong_actor"
+        if now > buf.expires_at:
+            return "expired"
+        return None
+
+    # ================================================================== control: operators
+
+    def _on_operator(self, event: OperatorCommand, now: float, out: list[OutputRecord]) -> None:
+        rejection = self.verifier.verify(event, now)
+        if rejection is not None:
+            out.append(self._audit(event, AuditOutcome.REJECTED, rejection, [], now))
+            return
+        if self._replayed(event, now, out):
+            return
+        affected: list[CallKey] = []
+        flag = Flag(command_id=event.command_id, reason=event.reason, set_at=now)
+        match event:
+            case ResponseQuarantined():
+                key = (event.tenant, event.turn_id, event.response_id)
+                self.control.ensure_response(*key, now).quarantined = True
+                self._mark(response_state_key(*key))
+                affected = self._stop_where(
+                    lambda k: (k.tenant, k.turn_id, k.response_id) == key,
+                    TerminalReason.QUARANTINED,
+                    now,
+                    out,
+                )
+            case ToolDisabled():
+                tool = self._canonical_tool(event.tool)
+                self.control.disabled_tools[(event.tenant or "*", tool)] = flag
+                self._mark(tool_state_key(event.tenant, tool))
+                affected = self._stop_where(
+                    lambda k: (
+                        event.tenant in (None, k.tenant)
+                        and self._canonical_tool(self.calls[k].tool or "") == tool
+                    ),
+                    TerminalReason.TOOL_DISABLED,
+                    now,
+                    out,
+                )
+            case ToolEnabled():
+                tool = self._canonical_tool(event.tool)
+                self.control.disabled_tools.pop((event.tenant or "*", tool), None)
+                self._mark(tool_state_key(event.tenant, tool))
+            case TenantStopped():
+                self.control.stopped_tenants[event.tenant] = flag
+                self._mark("tenant:" + event.tenant)
+                affected = self._stop_where(
+                    lambda k: k.tenant == event.tenant, TerminalReason.TENANT_STOPPED, now, out
+                )
+            case TenantResumed():
+                self.control.stopped_tenants.pop(event.tenant, None)
+                self._mark("tenant:" + event.tenant)
+        out.append(self._audit(event, AuditOutcome.APPLIED, None, affected, now))
+
+    def _canonical_tool(self, name: str) -> str:
+        resolution = self.registry.resolve(name)
+        return resolution.declaration.name if resolution else name
+
+    def _replayed(
+        self,
+        event: TurnCancelled | CallConfirmed | CallDenied | OperatorCommand,
+        now: float,
+        out: list[OutputRecord],
+    ) -> bool:
+        """Remember the command id; a second sight of it is a replay, audited and ignored."""
+        if event.command_id in self.control.seen_commands:
+            out.append(self._audit(event, AuditOutcome.REJECTED, "replayed", [], now))
+            return True
+        self.control.seen_commands[event.command_id] = now
+        self._mark("cmd:" + event.command_id)
+        return False
+
+    def _stop_where(
+        self, match: Any, reason: TerminalReason, now: float, out: list[OutputRecord]
+    ) -> list[CallKey]:
+        affected = []
+        for buf in self._calls_where(match):
+            if not buf.state.absorbing:
+                affected.append(buf.key)
+                self._terminate(buf, reason, now, out)
+        return affected
+
+    def _calls_where(self, match: Any) -> Iterator[CallBuffer]:
+        return iter([buf for key, buf in self.calls.items() if match(key)])
+
+    # ================================================================== terminal bookkeeping
+
+    def _count(self, buf: CallBuffer) -> None:
+        """Count a buffer against the open-buffer limits until it is terminal."""
+        buf.counted = True
+        tenant = buf.key.tenant
+        self._open_per_tenant[tenant] = self._open_per_tenant.get(tenant, 0) + 1
+
+    def _uncount(self, buf: CallBuffer) -> None:
+        if not buf.counted:
+            return
+        buf.counted = False
+        tenant = buf.key.tenant
+        count = self._open_per_tenant.get(tenant, 0) - 1
+        if count > 0:
+            self._open_per_tenant[tenant] = count
+        else:
+            self._open_per_tenant.pop(tenant, None)
+
+    def _terminate(
+        self, buf: CallBuffer, reason: TerminalReason, now: float, out: list[OutputRecord]
+    ) -> None:
+        self._uncount(buf)
+        buf.terminate(reason, now)
+        self._touch(buf)
+        out.append(self._ledger(buf, now))
+        if reason is TerminalReason.DISPATCHED:
+            out.append(self._status(buf, UserState.DISPATCHED, False, "Request sent.", now))
+            return
+        state = UserState.CANCELLED if buf.state is CallState.CANCELLED else UserState.FAILED
+        message = _STATUS_MESSAGE.get(reason)
+        if message is None:
+            message = (
+                "The request could not be completed; asking again may work."
+                if reason.retry_possible
+                else "The request could not be completed."
+            )
+        out.append(self._status(buf, state, reason.retry_possible, message, now))
+
+    def _touch(self, buf: CallBuffer) -> None:
+        self._mark("call:" + buf.key.encoded())
+
+    def _mark(self, key: str) -> None:
+        self._dirty.add(key)
+
+    def _forget(self, horizon: float) -> None:
+        """Drop inert facts older than the retention window (bounded memory, invariant 5)."""
+        for key, buf in list(self.calls.items()):
+            if buf.state.absorbing and (buf.ended_at or 0.0) < horizon:
+                del self.calls[key]
+                self._touch(buf)
+        control = self.control
+        for tk, turn in list(control.turns.items()):
+            if turn.last_seen < horizon and not any(
+                (k.tenant, k.turn_id) == tk for k in self.calls
+            ):
+                del control.turns[tk]
+                self._mark(turn_state_key(*tk))
+        for rk, response in list(control.responses.items()):
+            if response.last_seen < horizon:
+                del control.responses[rk]
+                self._mark(response_state_key(*rk))
+        for command_id, seen_at in list(control.seen_commands.items()):
+            if seen_at < horizon:
+                del control.seen_commands[command_id]
+                self._mark("cmd:" + command_id)
+
+    # ================================================================== outputs
+
+    def _declaration(self, buf: CallBuffer) -> Any:
+        resolution = self.registry.resolve(buf.tool) if buf.tool else None
+        return resolution.declaration if resolution else None
+
+    def _status(
+        self, buf: CallBuffer, state: UserState, retry: bool, message: str, now: float
+    ) -> Status:
+        return Status(
+            **_key_fields(buf.key),
+            status_id=stable_id("status", buf.key.encoded(), state.value),
+            tool=buf.tool_name or buf.tool,
+            state=state,
+            retry_possible=retry,
+            message=message,
+            ts=now,
+        )
+
+    def _ledger(self, buf: CallBuffer, now: float) -> Ledger:
+        dispatched = buf.state is CallState.DISPATCHED
+        return Ledger(
+            **_key_fields(buf.key),
+            ledger_id=stable_id("ledger", buf.key.encoded()),
+            tool=buf.tool_name or buf.tool,
+            tool_version=buf.tool_version,
+            alias_used=buf.alias_used,
+            state=buf.state.value,
+            terminal_reason=buf.reason.value if buf.reason else None,
+            fragment_count=buf.fragment_count,
+            duplicate_count=buf.duplicate_count,
+            bytes=buf.byte_count,
+            parse_result=buf.parse_result,
+            validation_result=buf.validation_result,
+            dispatch_decision="dispatched" if dispatched else "not_dispatched",
+            dispatch_id=buf.dispatch_id,
+            args_digest=buf.args_digest,
+            ts=now,
+        )
+
+    def _proposal(self, buf: CallBuffer, now: float) -> Proposal:
+        assert buf.arguments is not None and buf.args_digest is not None
+        assert buf.expires_at is not None
+        return Proposal(
+            **_key_fields(buf.key),
+            proposal_id=stable_id("proposal", buf.key.encoded(), buf.args_digest),
+            tool=buf.tool_name or "",
+            tool_version=buf.tool_version or "",
+            arguments=buf.arguments,
+            args_digest=buf.args_digest,
+            actor=buf.actor or "",
+            expires_at=buf.expires_at,
+            ts=now,
+        )
+
+    def _audit(
+        self,
+        event: TurnStarted | TurnCancelled | CallConfirmed | CallDenied | OperatorCommand,
+        outcome: AuditOutcome,
+        rejection: str | None,
+        affected: Iterable[CallKey],
+        now: float,
+    ) -> Audit:
+        return Audit(
+            audit_id=stable_id("audit", event.command_id, outcome.value, rejection or ""),
+            command_id=event.command_id,
+            command_type=event.type,
+            issued_by=event.issued_by,
+            tenant=event.tenant,
+            reason=event.reason,
+            outcome=outcome,
+            rejection=rejection,
+            affected=sorted(affected, key=lambda k: k.as_tuple),
+            ts=now,
+        )
+
+    # ================================================================== changelog
+
+    def drain_changes(self) -> list[StateChange]:
+        """The state records changed since the last drain, for the changelog topic."""
+        changes = []
+        for key in sorted(self._dirty):
+            value = self._snapshot_entry(key)
+            changes.append(StateChange(key, orjson.dumps(value) if value is not None else None))
+        self._dirty.clear()
+        return changes
+
+    def _snapshot_entry(self, key: str) -> dict[str, Any] | None:
+        if key.startswith("call:"):
+            t, u, r, i, c = orjson.loads(key[5:])
+            buf = self.calls.get(CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c))
+            return buf.snapshot() if buf else None
+        return self.control.snapshot_entry(key)
+
+    def restore(self, key: str, value: bytes | None) -> None:
+        """Apply one changelog record (the last one per key wins, as in a compacted topic)."""
+        data = orjson.loads(value) if value is not None else None
+        if key.startswith("call:"):
+            t, u, r, i, c = orjson.loads(key[5:])
+            call_key = CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c)
+            old = self.calls.pop(call_key, None)
+            if old is not None:
+                self._uncount(old)
+            if data is not None:
+                buf = CallBuffer.from_snapshot(data)
+                self.calls[call_key] = buf
+                if not buf.state.absorbing:
+                    self._count(buf)
+            return
+        self.control.restore_entry(key, data)
+
+
+# ====================================================================== helpers
+
+
+def _key_fields(key: CallKey) -> dict[str, str]:
+    return {
+        "tenant": key.tenant,
+        "turn_id": key.turn_id,
+        "response_id": key.response_id,
+        "item_id": key.item_id,
+        "call_id": key.call_id,
+    }
+
+
+def _event_time(event: InputEvent) -> float:
+    if isinstance(event, CallStarted | CallDelta | CallEnded | ResponseEnded):
+        return event.ts
+    return event.issued_at
+
+
+_ERROR_REASON = {
+    "malformed_json": TerminalReason.MALFORMED_JSON,
+    "depth_limit": TerminalReason.SIZE_LIMIT,
+    "size_limit": TerminalReason.SIZE_LIMIT,
+    "sequence_gap": TerminalReason.SEQUENCE_GAP,
+    "duplicate_conflict": TerminalReason.DUPLICATE_CONFLICT,
+    "arguments_mismatch": TerminalReason.ARGUMENTS_MISMATCH,
+}
+
+
+def _reason_for(exc: AssemblyError) -> TerminalReason:
+    return _ERROR_REASON.get(exc.reason, TerminalReason.MALFORMED_JSON)
+
+
+def _same_json(provider_text: str, arguments: dict[str, Any]) -> bool:
+    try:
+        return bool(orjson.loads(provider_text) == arguments)
+    except orjson.JSONDecodeError:
+        return False

@@ -1,0 +1,51 @@
+"""Limits and the permission boundary, as data.
+
+:class:`Limits` bounds every buffer's lifecycle (bytes, deltas, reordering window, idle time) and
+the number of open buffers per partition and per tenant (invariant 5). :func:`permission` decides
+whether a validated call may proceed for its bound actor; it returns the terminal reason that
+stops it, or None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from processor.core.registry import ToolDeclaration
+from processor.core.states import TerminalReason
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_call_bytes: int = 1 << 20
+    max_deltas: int = 100_000
+    max_reorder_window: int = 256
+    max_depth: int = 64
+    idle_timeout_seconds: float = 120.0
+    max_open_buffers: int = 10_000
+    max_open_buffers_per_tenant: int = 1_000
+    # How long inert records (terminal calls, cancelled turns, seen command ids) are remembered.
+    # Events of a turn older than this are rejected as stale, so forgetting cannot revive a call.
+    retention_seconds: float = 24 * 3600.0
+    # How long a validated call may wait for its turn's actor binding (turn.started).
+    binding_wait_seconds: float = 30.0
+
+    def call_bytes(self, declaration: ToolDeclaration | None) -> int:
+        if declaration is not None and declaration.limits.max_bytes is not None:
+            return min(declaration.limits.max_bytes, self.max_call_bytes)
+        return self.max_call_bytes
+
+    def call_deltas(self, declaration: ToolDeclaration | None) -> int:
+        if declaration is not None and declaration.limits.max_deltas is not None:
+            return min(declaration.limits.max_deltas, self.max_deltas)
+        return self.max_deltas
+
+
+def permission(
+    declaration: ToolDeclaration, *, tenant: str, call_actor: str, bound_actor: str
+) -> TerminalReason | None:
+    """The call's actor must be the turn's authenticated actor, and the tool must allow them."""
+    if call_actor != bound_actor:
+        return TerminalReason.PERMISSION_DENIED
+    if not declaration.permits(tenant, bound_actor):
+        return TerminalReason.PERMISSION_DENIED
+    return None

@@ -1,0 +1,202 @@
+"""The tool registry: declarations, versions, explicit aliases, schemas compiled once.
+
+A registry is built from an already-parsed document (``{"tools": [...]}``); reading and parsing
+the file is :mod:`processor.toolsfile`'s job, so this module stays pure. Each tool's ``parameters``
+is a JSON Schema (Draft 2020-12), checked with ``check_schema`` and compiled once, with format
+checking on. Aliases map an old name to this tool explicitly (a rename mid-release); a name is
+never guessed. Business validators are callables resolved by the loader from dotted paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import SchemaError
+
+from processor.core.errors import RegistryError
+
+
+@dataclass(frozen=True)
+class ValidationContext:
+    """What a business validator may know about a call besides its arguments."""
+
+    tenant: str
+    turn_id: str
+    actor: str
+    tool: str
+    tool_version: str
+
+
+class BusinessValidator(Protocol):
+    """Returns a list of problems (empty when fine). Problems must not quote argument values."""
+
+    def __call__(self, arguments: Mapping[str, Any], ctx: ValidationContext) -> Sequence[str]: ...
+
+
+ValidatorResolver = Callable[[str], BusinessValidator]
+
+
+@dataclass(frozen=True)
+class ToolLimits:
+    """Per-tool limits; ``None`` means the partition-wide limit applies."""
+
+    max_bytes: int | None = None
+    max_deltas: int | None = None
+
+
+@dataclass(frozen=True)
+class ToolDeclaration:
+    name: str
+    version: str
+    parameters: Mapping[str, Any]
+    validator: Draft202012Validator = field(repr=False, compare=False)
+    requires_confirmation: bool = False
+    confirmation_ttl_seconds: float = 300.0
+    aliases: tuple[str, ...] = ()
+    allowed_tenants: frozenset[str] | None = None
+    allowed_actors: frozenset[str] | None = None
+    limits: ToolLimits = ToolLimits()
+    business_validators: tuple[tuple[str, BusinessValidator], ...] = ()
+
+    def permits(self, tenant: str, actor: str) -> bool:
+        if self.allowed_tenants is not None and tenant not in self.allowed_tenants:
+            return False
+        return self.allowed_actors is None or actor in self.allowed_actors
+
+
+@dataclass(frozen=True)
+class Resolution:
+    declaration: ToolDeclaration
+    alias_used: str | None
+
+
+_TOOL_KEYS = frozenset(
+    {
+        "name",
+        "version",
+        "parameters",
+        "requires_confirmation",
+        "confirmation_ttl_seconds",
+        "aliases",
+        "allowed_tenants",
+        "allowed_actors",
+        "limits",
+        "validators",
+        "description",
+    }
+)
+
+
+class Registry:
+    """Tool declarations by name and alias. Immutable once built."""
+
+    def __init__(self, tools: Sequence[ToolDeclaration]) -> None:
+        self._by_name: dict[str, Resolution] = {}
+        for tool in tools:
+            self._add(tool.name, Resolution(tool, None))
+            for alias in tool.aliases:
+                self._add(alias, Resolution(tool, alias))
+        self.tools: tuple[ToolDeclaration, ...] = tuple(tools)
+
+    def _add(self, name: str, resolution: Resolution) -> None:
+        if name in self._by_name:
+            raise RegistryError(detail=f"name {name!r} is declared twice (tool or alias)")
+        self._by_name[name] = resolution
+
+    def resolve(self, name: str) -> Resolution | None:
+        """The declaration for a name as the model wrote it, or None. Exact match only."""
+        return self._by_name.get(name)
+
+    @classmethod
+    def from_document(
+        cls,
+        doc: Any,
+        *,
+        source: str = "<document>",
+        resolve_validator: ValidatorResolver | None = None,
+    ) -> Registry:
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("tools"), list):
+            raise RegistryError(detail=f"{source}: expected a top-level 'tools' list")
+        tools = [
+            _declaration(entry, source, index, resolve_validator)
+            for index, entry in enumerate(doc["tools"])
+        ]
+        try:
+            return cls(tools)
+        except RegistryError as exc:
+            raise RegistryError(detail=f"{source}: {exc.detail}") from None
+
+
+def _declaration(
+    entry: Any, source: str, index: int, resolve_validator: ValidatorResolver | None
+) -> ToolDeclaration:
+    if not isinstance(entry, Mapping):
+        raise RegistryError(detail=f"{source}: tools[{index}] is not a mapping")
+    name = entry.get("name")
+    where = f"{source}: tool {name!r}" if isinstance(name, str) else f"{source}: tools[{index}]"
+    if not isinstance(name, str) or not name:
+        raise RegistryError(detail=f"{where}: 'name' must be a non-empty string")
+    unknown = set(entry) - _TOOL_KEYS
+    if unknown:
+        raise RegistryError(detail=f"{where}: unknown keys {sorted(unknown)}")
+    parameters = entry.get("parameters")
+    if not isinstance(parameters, Mapping):
+        raise RegistryError(detail=f"{where}: 'parameters' must be a JSON Schema object")
+    if parameters.get("type", "object") != "object":
+        raise RegistryError(detail=f"{where}: 'parameters' must describe an object")
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as exc:
+        raise RegistryError(detail=f"{where}: invalid JSON Schema: {exc.message}") from None
+    validator = Draft202012Validator(parameters, format_checker=FormatChecker())
+    limits = entry.get("limits") or {}
+    if not isinstance(limits, Mapping) or set(limits) - {"max_bytes", "max_deltas"}:
+        raise RegistryError(detail=f"{where}: 'limits' accepts max_bytes and max_deltas")
+    validators: list[tuple[str, BusinessValidator]] = []
+    for path in _str_list(entry.get("validators"), where, "validators") or ():
+        if resolve_validator is None:
+            raise RegistryError(detail=f"{where}: validator {path!r} given but none can be loaded")
+        try:
+            validators.append((path, resolve_validator(path)))
+        except Exception as exc:
+            raise RegistryError(detail=f"{where}: validator {path!r}: {exc}") from None
+    ttl = entry.get("confirmation_ttl_seconds", 300.0)
+    if not isinstance(ttl, int | float) or ttl <= 0:
+        raise RegistryError(detail=f"{where}: 'confirmation_ttl_seconds' must be positive")
+    tenants = _str_list(entry.get("allowed_tenants"), where, "allowed_tenants")
+    actors = _str_list(entry.get("allowed_actors"), where, "allowed_actors")
+    return ToolDeclaration(
+        name=name,
+        version=str(entry.get("version", "1")),
+        parameters=parameters,
+        validator=validator,
+        requires_confirmation=bool(entry.get("requires_confirmation", False)),
+        confirmation_ttl_seconds=float(ttl),
+        aliases=tuple(_str_list(entry.get("aliases"), where, "aliases") or ()),
+        allowed_tenants=frozenset(tenants) if tenants is not None else None,
+        allowed_actors=frozenset(actors) if actors is not None else None,
+        limits=ToolLimits(
+            max_bytes=_positive(limits.get("max_bytes"), where, "limits.max_bytes"),
+            max_deltas=_positive(limits.get("max_deltas"), where, "limits.max_deltas"),
+        ),
+        business_validators=tuple(validators),
+    )
+
+
+def _str_list(value: Any, where: str, key: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise RegistryError(detail=f"{where}: '{key}' must be a list of non-empty strings")
+    return list(value)
+
+
+def _positive(value: Any, where: str, key: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise RegistryError(detail=f"{where}: '{key}' must be a positive integer")
+    return value

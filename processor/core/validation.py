@@ -1,0 +1,76 @@
+"""One strict parse, one schema validation, the business validators: once per terminal call.
+
+The incremental scanner has already proved the text is strict JSON (RFC 8259 + I-JSON) and an
+object; this module parses it exactly once with orjson, validates it against the tool's compiled
+Draft 2020-12 schema (format checks on) and runs the tool's business validators. Problems are
+described by location and rule only: jsonschema's own messages quote instance values, and
+argument values must never reach a ledger, a log or a status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from processor.core.registry import ToolDeclaration, ValidationContext
+from processor.core.states import TerminalReason
+
+MAX_PROBLEMS = 5
+
+
+@dataclass(frozen=True)
+class Validated:
+    arguments: dict[str, Any]
+    args_digest: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: TerminalReason
+    parse_result: str
+    validation_result: str
+
+
+def args_digest(arguments: dict[str, Any]) -> str:
+    """The digest a user confirms: sha256 over the canonical JSON (sorted keys) of the object."""
+    canonical = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def validate_call(
+    text: bytes, declaration: ToolDeclaration, ctx: ValidationContext
+) -> Validated | Rejected:
+    """Parse once, then schema, then business rules. Never raises for bad input."""
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return Rejected(TerminalReason.MALFORMED_JSON, f"parse_error at {exc.pos}", "not_run")
+    if not isinstance(parsed, dict):
+        return Rejected(TerminalReason.MALFORMED_JSON, "top_level_not_object", "not_run")
+    problems = [
+        f"{error.json_path}: {error.validator}"
+        for error in sorted(declaration.validator.iter_errors(parsed), key=_error_order)
+    ]
+    if problems:
+        return Rejected(TerminalReason.SCHEMA_INVALID, "ok", _summary("schema", problems))
+    for path, check in declaration.business_validators:
+        try:
+            found = [f"{path}: {p}" for p in check(parsed, ctx)]
+        except Exception as exc:  # a validator's bug must fail the call, not the worker
+            found = [f"{path}: raised {type(exc).__name__}"]
+        if found:
+            return Rejected(TerminalReason.BUSINESS_INVALID, "ok", _summary("business", found))
+    return Validated(parsed, args_digest(parsed))
+
+
+def _error_order(error: Any) -> tuple[str, str]:
+    return (str(error.json_path), str(error.validator))
+
+
+def _summary(kind: str, problems: list[str]) -> str:
+    shown = "; ".join(problems[:MAX_PROBLEMS])
+    more = f" (+{len(problems) - MAX_PROBLEMS} more)" if len(problems) > MAX_PROBLEMS else ""
+    return f"{kind}_invalid: {shown}{more}"

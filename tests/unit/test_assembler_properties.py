@@ -1,0 +1,280 @@
+"""Property tests of the Assembler.
+
+(a) Any JSON object, any chunking: the dispatched arguments equal the object.
+(b) A stateful test that interleaves, duplicates, reorders, conflicts, cancels, stops, expires and
+    restarts (restore from the changelog) calls against a small reference model, checking the
+    invariants of ARCHITECTURE.md §4 after every step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from processor.core.assembler import Assembler
+from processor.core.events import Audit, Dispatch, Ledger, Status, TenantResumed, TenantStopped
+from processor.core.policy import Limits
+from processor.core.registry import Registry
+from tests.unit.scenario import Call, turn_cancelled, turn_started
+
+ANY_OBJECT = Registry.from_document({"tools": [{"name": "t", "parameters": {"type": "object"}}]})
+SAFE_INT = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+FINITE = st.floats(allow_nan=False, allow_infinity=False)
+SCALARS = st.none() | st.booleans() | SAFE_INT | FINITE | st.text()
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+OBJECTS = st.dictionaries(st.text(max_size=8), JSON, max_size=6)
+
+
+def chunk(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
+    return [text[a:b] for a, b in itertools.pairwise(points) if b > a] or [""]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(OBJECTS, st.lists(st.integers(min_value=0, max_value=10_000), max_size=30), st.booleans())
+def test_any_object_any_chunking_assembles_the_object(
+    obj: dict[str, Any], cuts: list[int], ascii_escapes: bool
+) -> None:
+    text = json.dumps(obj, ensure_ascii=True) if ascii_escapes else orjson.dumps(obj).decode()
+    pieces = chunk(text, cuts)
+    assembler, call = Assembler(ANY_OBJECT, Limits(max_depth=64)), Call()
+    outputs = assembler.handle(turn_started(), 100.0)
+    outputs += assembler.handle(call.start("t"), 100.0)
+    for seq, piece in enumerate(pieces, start=1):
+        outputs += assembler.handle(call.delta(seq, piece), 100.0)
+    assert not [o for o in outputs if isinstance(o, Dispatch)]
+    outputs += assembler.handle(call.end(len(pieces) + 1), 100.0)
+    [dispatch] = [o for o in outputs if isinstance(o, Dispatch)]
+    assert dispatch.arguments == obj
+
+
+# --------------------------------------------------------------------------- stateful model
+
+TENANTS = ("acme", "globex")
+TURNS = ("turn-1", "turn-2")
+WINDOW = 4
+
+
+@dataclass
+class Slot:
+    """One call of the model: its script, what was sent, and what must come of it."""
+
+    call: Call
+    pieces: list[str]
+    obj: dict[str, Any]
+    started: bool = False
+    sent: set[int] = field(default_factory=set)  # delta positions sent
+    ended: bool = False
+    touched: bool = False
+    fate: str = "open"  # open | dead | dispatched
+
+
+class AssemblerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.limits = Limits(idle_timeout_seconds=50.0, max_reorder_window=WINDOW)
+        self.assembler = Assembler(ANY_OBJECT, self.limits)
+        self.changelog: dict[str, bytes | None] = {}
+        self.now = 100.0
+        self.slots: list[Slot] = []
+        self.dispatched: dict[tuple[str, ...], Dispatch] = {}
+        self.cancelled_turns: set[tuple[str, str]] = set()
+        self.stopped: set[str] = set()
+        self.outputs: list[Any] = []
+        self.commands = 0
+
+    @initialize(
+        objs=st.lists(OBJECTS, min_size=1, max_size=5),
+        cuts=st.lists(st.integers(0, 999), max_size=6),
+    )
+    def setup(self, objs: list[dict[str, Any]], cuts: list[int]) -> None:
+        for tenant in TENANTS:
+            for turn in TURNS:
+                self._feed(turn_started(turn, tenant=tenant))
+        for i, obj in enumerate(objs):
+            marker = {"secret": f"S3CR3T-{i}", **obj}
+            text = orjson.dumps(marker).decode()
+            call = Call(
+                call_id=f"call_{i % 2}",  # positional ids repeat across turns, as some providers do
+                tenant=TENANTS[i % 2],
+                turn_id=TURNS[(i // 2) % 2],
+                response_id=f"r{i // 4}",
+                item_id=str(i),
+            )
+            self.slots.append(Slot(call, chunk(text, cuts), marker))
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _feed(self, event: Any) -> None:
+        out = self.assembler.handle(event, self.now)
+        self.outputs += out
+        for record in out:
+            if isinstance(record, Dispatch):
+                key = record.key.as_tuple
+                assert key not in self.dispatched, "dispatched twice"
+                self.dispatched[key] = record
+
+    def _refused(self, slot: Slot) -> bool:
+        c = slot.call
+        return (c.tenant, c.turn_id) in self.cancelled_turns or c.tenant in self.stopped
+
+    def _touch(self, slot: Slot) -> None:
+        slot.touched = True
+        if slot.fate == "open" and self._refused(slot):
+            slot.fate = "dead"
+
+    # -- rules ---------------------------------------------------------------------------
+
+    @rule(data=st.data())
+    def start(self, data: st.DataObject) -> None:
+        slot = data.draw(st.sampled_from(self.slots))
+        self._touch(slot)
+        slot.started = True
+        self._feed(slot.call.start("t"))
+
+    @rule(data=st.data())
+    def send_delta(self, data: st.DataObject) -> None:
+        slot = data.draw(st.sampled_from(self.slots))
+        unsent = [p for p in range(1, len(slot.pieces) + 1) if p not in slot.sent]
+        if not unsent or slot.ended:
+            return
+        contiguous = next(p for p in range(1, len(slot.pieces) + 2) if p not in slot.sent)
+        # stay inside the reordering window, so every gap can still be filled
+        seq = data.draw(st.sampled_from([p for p in unsent if p < contiguous + WINDOW]))
+        self._touch(slot)
+        slot.sent.add(seq)
+        self._feed(slot.call.delta(seq, slot.pieces[seq - 1]))
+
+    @rule(data=st.data())
+    def duplicate_delta(self, data: st.DataObject) -> None:
+        slot = data.draw(st.sampled_from(self.slots))
+        if slot.sent:
+            seq = data.draw(st.sampled_from(sorted(slot.sent)))
+            self._touch(slot)
+            self._feed(slot.call.delta(seq, slot.pieces[seq - 1]))
+
+    @rule(data=st.data())
+    def conflicting_delta(self, data: st.DataObject) -> None:
+        slot = data.draw(st.sampled_from(self.slots))
+        if slot.sent and not slot.ended:
+            seq = data.draw(st.sampled_from(sorted(slot.sent)))
+            self._touch(slot)
+            if slot.fate == "open":
+                slot.fate = "dead"
+            self._feed(slot.call.delta(seq, slot.pieces[seq - 1] + " "))
+
+    @rule(data=st.data())
+    def end(self, data: st.DataObject) -> None:
+        slot = data.draw(st.sampled_from(self.slots))
+        self._touch(slot)
+        if slot.fate == "open" and not slot.ended:
+            complete = slot.started and slot.sent == set(range(1, len(slot.pieces) + 1))
+            slot.fate = "dispatched" if complete else "dead"
+        slot.ended = True
+        self._feed(slot.call.end(len(slot.pieces) + 1))
+
+    @rule(tenant=st.sampled_from(TENANTS), turn=st.sampled_from(TURNS))
+    def cancel_turn(self, tenant: str, turn: str) -> None:
+        self.cancelled_turns.add((tenant, turn))
+        for slot in self.slots:
+            if (slot.call.tenant, slot.call.turn_id) == (tenant, turn) and slot.fate == "open":
+                slot.fate = "dead"
+        self._feed(turn_cancelled(turn, tenant=tenant, reason="user_stop"))
+
+    def _command_id(self, kind: str) -> str:
+        self.commands += 1
+        return f"{kind}-{self.commands}"
+
+    @rule(tenant=st.sampled_from(TENANTS))
+    def stop_tenant(self, tenant: str) -> None:
+        self.stopped.add(tenant)
+        for slot in self.slots:
+            if slot.call.tenant == tenant and slot.touched and slot.fate == "open":
+                slot.fate = "dead"
+        self._feed(
+            TenantStopped(
+                tenant=tenant,
+                command_id=self._command_id("stop"),
+                issued_by="ops",
+                issued_at=self.now,
+            )
+        )
+
+    @precondition(lambda self: bool(self.stopped))
+    @rule(data=st.data())
+    def resume_tenant(self, data: st.DataObject) -> None:
+        tenant = data.draw(st.sampled_from(sorted(self.stopped)))
+        self.stopped.discard(tenant)
+        self._feed(
+            TenantResumed(
+                tenant=tenant,
+                command_id=self._command_id("resume"),
+                issued_by="ops",
+                issued_at=self.now,
+            )
+        )
+
+    @rule()
+    def idle_expiry(self) -> None:
+        self.now += self.limits.idle_timeout_seconds + 1
+        for slot in self.slots:
+            if slot.touched and slot.fate == "open":
+                slot.fate = "dead"
+        self.outputs += self.assembler.tick(self.now)
+
+    @rule()
+    def restart(self) -> None:
+        """A crash after a commit: a new Assembler restored from the changelog alone."""
+        for change in self.assembler.drain_changes():
+            self.changelog[change.key] = change.value
+        fresh = Assembler(ANY_OBJECT, self.limits)
+        for key, value in self.changelog.items():
+            fresh.restore(key, value)
+        self.assembler = fresh
+
+    # -- invariants ----------------------------------------------------------------------
+
+    @invariant()
+    def dispatches_match_the_model(self) -> None:
+        expected = {s.call.key.as_tuple: s for s in self.slots if s.fate == "dispatched"}
+        assert set(self.dispatched) == set(expected)
+        for key, dispatch in self.dispatched.items():
+            assert dispatch.arguments == expected[key].obj
+            assert dispatch.call_id == key[4] and dispatch.turn_id == key[1]
+
+    @invariant()
+    def records_never_carry_argument_values(self) -> None:
+        for record in self.outputs:
+            if isinstance(record, Ledger | Audit | Status):
+                assert "S3CR3T" not in record.model_dump_json()
+
+    @invariant()
+    def buffers_are_bounded(self) -> None:
+        assert self.assembler.open_buffers <= self.limits.max_open_buffers
+        open_keys = {k.as_tuple for k, b in self.assembler.calls.items() if b.open}
+        assert self.assembler.open_buffers == len(open_keys)
+        for slot in self.slots:
+            if slot.fate != "open":
+                assert slot.call.key.as_tuple not in open_keys
+
+
+AssemblerMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestAssemblerMachine = AssemblerMachine.TestCase
