@@ -227,7 +227,8 @@ class AnthropicMessagesAdapter(StreamAdapter):
             return []
         if any(not call.ended for call in message.calls.values()):
             self.anomaly("message_stop with tool_use blocks that never stopped")
-        return [self._end(message, ResponseStatus.COMPLETED, _shown(message.stop_reason))]
+        reason = _shown(message.stop_reason) if message.stop_reason else "message_stop"
+        return [self._end(message, ResponseStatus.COMPLETED, reason)]
 
     def _on_error(self, event: dict[str, Any]) -> list[FragmentEvent]:
         error = event.get("error")

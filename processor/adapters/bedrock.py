@@ -202,18 +202,20 @@ class BedrockConverseAdapter(StreamAdapter):
         self._message = _Message(response_id=self._event_id("message", number))
         return self._message
 
-    def _live_message(self) -> _Message:
-        """The open message; content outside one opens one implicitly (an anomaly)."""
+    def _live_message(self) -> _Message | None:
+        """The open message; content outside one (after an exception, say) is ignored."""
         if self._message is None or self._message.finished:
-            self.anomaly("content outside a message")
-            return self._open_message()
+            self.anomaly("content outside a message ignored")
+            return None
         return self._message
 
     # -- content blocks --------------------------------------------------------------------
 
     def _block_start(self, body: dict[str, Any]) -> list[FragmentEvent]:
-        message = self._live_message()
         index = _block_index(body)
+        message = self._live_message()
+        if message is None:
+            return []
         out = self._confirm_stopped(message)
         start = body.get("start")
         tool_use = start.get("toolUse") if isinstance(start, dict) else None
@@ -238,8 +240,10 @@ class BedrockConverseAdapter(StreamAdapter):
         return []
 
     def _block_delta(self, body: dict[str, Any]) -> list[FragmentEvent]:
-        message = self._live_message()
         index = _block_index(body)
+        message = self._live_message()
+        if message is None:
+            return []
         out = self._confirm_stopped(message)
         delta = body.get("delta")
         if not isinstance(delta, dict):
@@ -262,8 +266,11 @@ class BedrockConverseAdapter(StreamAdapter):
         return out
 
     def _block_stop(self, body: dict[str, Any]) -> list[FragmentEvent]:
+        index = _block_index(body)
         message = self._live_message()
-        call = message.calls.get(_block_index(body))
+        if message is None:
+            return []
+        call = message.calls.get(index)
         if call is None:
             return []
         if call.extra.get("stopped"):

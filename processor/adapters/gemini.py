@@ -374,12 +374,13 @@ class GeminiAdapter(StreamAdapter):
             return self._provider_error(chunk["error"])
         if not _KNOWN_CHUNK_KEYS.intersection(chunk):
             raise _bad_chunk("unknown chunk (no candidates, usage or response id)")
+        provider_id = _response_id(chunk)
         candidate = self._primary_candidate(chunk)
         blocked = _prompt_blocked(chunk)
         if candidate is None and not blocked:
             return []
         out: list[FragmentEvent] = []
-        resp = self._response_for(chunk, out)
+        resp = self._response_for(provider_id, out)
         if resp is None:
             return out
         if candidate is None:
@@ -406,8 +407,7 @@ class GeminiAdapter(StreamAdapter):
                 return result
         return None
 
-    def _response_for(self, chunk: dict[str, Any], out: list[FragmentEvent]) -> _Response | None:
-        provider_id = _response_id(chunk)
+    def _response_for(self, provider_id: str | None, out: list[FragmentEvent]) -> _Response | None:
         current = self._current
         if current is not None and not current.finished:
             if provider_id is None or provider_id == current.provider_id:

@@ -167,6 +167,7 @@ class ProviderEventDecoder:
     def __init__(self, text_format: TextFormat | None = None) -> None:
         self.format: TextFormat | None = text_format
         self.done = False
+        self._error: AdapterError | None = None
         self._held: list[bytes | str] = []
         self._head = ""
         self._sse = SseDecoder()
@@ -175,6 +176,7 @@ class ProviderEventDecoder:
 
     def feed(self, chunk: bytes | str) -> list[dict[str, Any]]:
         """Take the next slice of the body; return the provider events completed by it."""
+        self._raise_deferred()
         if self.done:
             return []
         if self.format is None:
@@ -185,12 +187,35 @@ class ProviderEventDecoder:
 
     def close(self) -> list[dict[str, Any]]:
         """The body is over: return the events of its unterminated tail."""
+        self._raise_deferred()
         out = self._release(detect_text_format(self._head)) if self.format is None else []
         if self.done:
             return out
         if self.format == "sse":
             return out + self._from_sse(self._sse.flush())
         return out + self._from_jsonl(self._jsonl_text(b"", final=True), final=True)
+
+    def _raise_deferred(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _decode_all(self, payloads: list[str], where: str) -> list[dict[str, Any]]:
+        """Decode in order; an unreadable payload ends the body after the good ones before it.
+
+        Its AdapterError is raised at once when nothing precedes it, else on the next call, so
+        a consumer sees every event that came before the bad one.
+        """
+        out: list[dict[str, Any]] = []
+        for payload in payloads:
+            try:
+                out.append(_decode_object(payload, where))
+            except AdapterError as exc:
+                self.done = True
+                if not out:
+                    raise
+                self._error = exc
+                break
+        return out
 
     def _sniff(self, chunk: bytes | str) -> list[dict[str, Any]]:
         """Hold slices until a non-blank character shows the format, then replay them."""
@@ -217,18 +242,20 @@ class ProviderEventDecoder:
             raise AdapterError("bad_chunk", "json-lines body is not UTF-8") from None
 
     def _from_sse(self, events: list[SseEvent]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+        payloads: list[str] = []
+        errors: set[int] = set()
         for event in events:
             data = event.data.strip()
-            if not data:
-                continue
             if data == DONE_SENTINEL:
                 self.done = True
                 break
-            decoded = _decode_object(data, "sse event")
-            if event.event == "error":
-                decoded.setdefault("type", "error")
-            out.append(decoded)
+            if data:
+                if event.event == "error":
+                    errors.add(len(payloads))
+                payloads.append(data)
+        out = self._decode_all(payloads, "sse event")
+        for position in errors.intersection(range(len(out))):
+            out[position].setdefault("type", "error")
         return out
 
     def _from_jsonl(self, text: str, *, final: bool) -> list[dict[str, Any]]:
@@ -237,16 +264,15 @@ class ProviderEventDecoder:
         if final:
             lines.append(self._pending)
             self._pending = ""
-        out: list[dict[str, Any]] = []
+        payloads: list[str] = []
         for raw_line in lines:
             line = raw_line.removeprefix(_BOM).strip()
-            if not line:
-                continue
             if line == DONE_SENTINEL:
                 self.done = True
                 break
-            out.append(_decode_object(line, "json-lines record"))
-        return out
+            if line:
+                payloads.append(line)
+        return self._decode_all(payloads, "json-lines record")
 
 
 def iter_provider_events(
@@ -258,5 +284,5 @@ def iter_provider_events(
     for chunk in chunks:
         yield from decoder.feed(chunk)
         if decoder.done:
-            return
+            break
     yield from decoder.close()

@@ -18,9 +18,13 @@ conforming parser reads an accepted document the same way:
 * nesting deeper than ``max_depth`` raises :class:`LimitExceeded` (``depth_limit``).
 
 Cost: the scanner keeps all of its state between feeds (like h11's ``_receivebuffer``), so a
-delta costs O(len(delta)) and the earlier text is never looked at again. Runs of ordinary
-string characters, whitespace and digits are consumed by precompiled regexes in one C-level
-step; only structural characters, escapes and token boundaries go through the Python loop.
+delta costs O(len(delta)) and the earlier text is never looked at again. Precompiled regexes
+consume in one C-level step each: runs of string content (ordinary characters, valid escapes,
+whole surrogate-pair escapes), whitespace and digit runs, and tokens that lie whole inside a
+delta (an escape-free member name with its colon, a string value, a number, a literal). The
+per-character Python state machine only handles what those fast paths stop at: structural
+characters, tokens split across deltas, member names with escapes, and errors. Every regex is
+possessive or a single character class, so no input makes them backtrack.
 
 Errors name the position (a character offset into the call's argument text) and the kind of
 problem, never the text itself: argument values must not reach logs. A scanner that has
@@ -98,8 +102,16 @@ _WS_RUN: Final = re.compile("[ \t\n\r]+")
 _DIGIT_RUN: Final = re.compile("[0-9]+")
 # A whole number token; group 2 (the exponent) is ``lastindex`` when present.
 _NUMBER_TOKEN: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-# A whole escape-free string value and the whitespace after it.
-_PLAIN_STRING: Final = re.compile('"[^"\\\\\x00-\x1f\ud800-\udfff]*"[ \t\n\r]*')
+# A run of string content: ordinary characters, simple escapes, \u escapes of non-surrogates
+# and whole surrogate-pair escapes (possessive: no backtracking). Used for string values, whose
+# content needs no decoding; a character it stops at goes through the slow path.
+_STRING_BODY_RE: Final = (
+    r'(?:[^"\\\x00-\x1f\ud800-\udfff]++|\\["\\/bfnrt]|\\u(?![dD][89a-fA-F])[0-9a-fA-F]{4}'
+    r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})*+"
+)
+_STRING_BODY: Final = re.compile(_STRING_BODY_RE)
+# A whole string value and the whitespace after it.
+_PLAIN_STRING: Final = re.compile('"' + _STRING_BODY_RE + '"[ \t\n\r]*')
 # A whole escape-free member name, the colon and the whitespace around them.
 _PLAIN_MEMBER: Final = re.compile(
     '[ \t\n\r]*"([^"\\\\\x00-\x1f\ud800-\udfff]*)"[ \t\n\r]*:[ \t\n\r]*'
@@ -214,7 +226,7 @@ class JsonSyntaxScanner:
         in_key = self._in_key
         key_parts = self._key_parts
         base = self._consumed
-        string_special = _STRING_SPECIAL.search
+        string_body = _STRING_BODY.match
         plain_string = _PLAIN_STRING.match
         plain_member = _PLAIN_MEMBER.match
         ws_run = _WS_RUN.match
@@ -225,8 +237,8 @@ class JsonSyntaxScanner:
                 if in_key:
                     i = self._key_run(text, i)
                 else:
-                    m = string_special(text, i)
-                    i = m.start() if m is not None else n
+                    m = string_body(text, i)
+                    i = m.end() if m is not None else i
                 if i >= n:
                     break
                 c = text[i]

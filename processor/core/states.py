@@ -48,7 +48,6 @@ TRANSITIONS: Final[dict[CallState, dict[Trigger, CallState]]] = {
     _S.ABSENT: {
         _T.START: _S.COLLECTING,
         _T.DELTA: _S.COLLECTING,  # a delta may overtake its start; it is held until the end
-        _T.END: _S.TERMINAL_CANDIDATE,  # no-delta calls whose start was lost still need a start
         _T.CANCEL: _S.CANCELLED,
         _T.FAIL: _S.FAILED,
     },

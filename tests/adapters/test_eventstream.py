@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
 import zlib
@@ -64,6 +65,22 @@ def event_frame(event_type: str, payload: dict[str, Any]) -> bytes:
     return frame(headers, orjson.dumps(payload))
 
 
+def exception_frame(exception_type: str, payload: dict[str, Any]) -> bytes:
+    headers = _str_header(":message-type", "exception") + _str_header(
+        ":exception-type", exception_type
+    )
+    return frame(headers, orjson.dumps(payload))
+
+
+def error_frame(code: str, message: str) -> bytes:
+    headers = (
+        _str_header(":message-type", "error")
+        + _str_header(":error-code", code)
+        + _str_header(":error-message", message)
+    )
+    return frame(headers, b"")
+
+
 # --------------------------------------------------------------------------- the recording
 
 
@@ -87,7 +104,7 @@ def test_any_chunking_gives_the_same_events(cuts: list[int]) -> None:
     points = [0, *sorted(cuts), len(BODY)]
     decoder = EventStreamDecoder()
     events: list[dict[str, Any]] = []
-    for start, end in zip(points, points[1:], strict=False):
+    for start, end in itertools.pairwise(points):
         events.extend(message_to_event(m) for m in decoder.feed(BODY[start:end]))
     decoder.close()
     assert events == DECODED
@@ -224,21 +241,13 @@ def test_bad_headers_are_bad_frames(headers: bytes, detail: str) -> None:
 
 
 def test_exception_frame_becomes_an_error_event() -> None:
-    headers = _str_header(":message-type", "exception") + _str_header(
-        ":exception-type", "modelStreamErrorException"
-    )
-    (event,) = decode_events(frame(headers, b'{"message":"boom"}'))
+    (event,) = decode_events(exception_frame("modelStreamErrorException", {"message": "boom"}))
     assert event == {"modelStreamErrorException": {"message": "boom"}}
     assert is_error_event(event)
 
 
 def test_error_frame_becomes_a_stream_error_event() -> None:
-    headers = (
-        _str_header(":message-type", "error")
-        + _str_header(":error-code", "InternalFailure")
-        + _str_header(":error-message", "bad")
-    )
-    (event,) = decode_events(frame(headers, b""))
+    (event,) = decode_events(error_frame("InternalFailure", "bad"))
     assert event == {STREAM_ERROR_EVENT: {"errorCode": "InternalFailure", "message": "bad"}}
     assert is_error_event(event)
 

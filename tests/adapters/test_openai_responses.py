@@ -162,7 +162,7 @@ def _is_end(event: Any) -> bool:
 
 
 def test_error_then_response_failed_is_one_inert_ending() -> None:
-    adapter, events = run(load_events(FIXTURES / "error-then-response-failed.jsonl"))
+    _, events = run(load_events(FIXTURES / "error-then-response-failed.jsonl"))
     rid = "resp_05500b38c2cd9bfc00691c7c9d222481a3b595421266dab424"
     assert naive_calls(events) == []
     assert ended_call_ids(events) == []
@@ -257,7 +257,9 @@ def test_arguments_only_in_done_become_the_one_delta() -> None:
 
 
 def test_output_item_done_ends_a_call_without_arguments_done() -> None:
-    _, out = run(one_call(delta("fc_1", 0, '{"q":2}'), item_done("fc_1", "call_1", "lookup", 0, '{"q":2}')))
+    _, out = run(
+        one_call(delta("fc_1", 0, '{"q":2}'), item_done("fc_1", "call_1", "lookup", 0, '{"q":2}'))
+    )
     ended = [e for e in out if isinstance(e, CallEnded)]
     assert len(ended) == 1 and ended[0].arguments == '{"q":2}'
     assert [c["arguments"] for c in naive_calls(out)] == [{"q": 2}]
@@ -275,21 +277,26 @@ def test_arguments_done_then_item_done_end_the_call_once() -> None:
 
 
 def test_incomplete_item_done_is_not_a_terminal() -> None:
-    adapter, out = run(
+    incomplete = {
+        "type": "response.incomplete",
+        "response": {"id": "resp_1", "incomplete_details": {"reason": "max_output_tokens"}},
+    }
+    _, out = run(
         one_call(
             delta("fc_1", 0, '{"q":'),
             item_done("fc_1", "call_1", "lookup", 0, '{"q":', status="incomplete"),
+            incomplete,
             end=False,
         )
-        + [{"type": "response.incomplete", "sequence_number": 4,
-            "response": {"id": "resp_1", "incomplete_details": {"reason": "max_output_tokens"}}}]
-    )  # fmt: skip
+    )
     assert ended_call_ids(out) == []
     assert response_endings(out) == [("resp_1", "incomplete", "max_output_tokens")]
 
 
 def test_conflicting_name_in_item_done_withholds_the_call() -> None:
-    adapter, out = run(one_call(delta("fc_1", 0, "{}"), item_done("fc_1", "call_1", "rm_rf", 0, "{}")))
+    adapter, out = run(
+        one_call(delta("fc_1", 0, "{}"), item_done("fc_1", "call_1", "rm_rf", 0, "{}"))
+    )
     assert ended_call_ids(out) == []
     assert naive_calls(out) == []
     assert response_endings(out) == [("resp_1", "completed", "completed")]
@@ -345,7 +352,9 @@ def test_response_failed_with_an_open_call() -> None:
 
 
 def test_second_response_created_while_open_is_a_splice() -> None:
-    events = numbered(created("resp_1"), added("fc_1", "call_1", "lookup", 0), delta("fc_1", 0, "{"))
+    events = numbered(
+        created("resp_1"), added("fc_1", "call_1", "lookup", 0), delta("fc_1", 0, "{")
+    )
     events += numbered(
         created("resp_2"),
         added("fc_2", "call_2", "lookup", 0),
@@ -353,7 +362,7 @@ def test_second_response_created_while_open_is_a_splice() -> None:
         args_done("fc_2", 0, "{}"),
         completed("resp_2"),
     )
-    adapter, out = run(events)
+    _, out = run(events)
     assert response_endings(out) == [
         ("resp_1", "error", "spliced response"),
         ("resp_2", "completed", "completed"),
@@ -362,7 +371,9 @@ def test_second_response_created_while_open_is_a_splice() -> None:
 
 
 def test_replayed_delta_keeps_its_event_id() -> None:
-    events = one_call(delta("fc_1", 0, '{"q":'), delta("fc_1", 0, "1}"), args_done("fc_1", 0, '{"q":1}'))
+    events = one_call(
+        delta("fc_1", 0, '{"q":'), delta("fc_1", 0, "1}"), args_done("fc_1", 0, '{"q":1}')
+    )
     replayed = [*events[:4], events[2], events[3], *events[4:]]
     adapter, out = run(replayed)
     deltas = [e for e in out if isinstance(e, CallDelta)]
@@ -380,7 +391,9 @@ def test_replayed_terminal_events_are_ignored() -> None:
 
 
 def test_sequence_gap_withholds_open_calls() -> None:
-    events = one_call(delta("fc_1", 0, '{"q":'), delta("fc_1", 0, "12}"), args_done("fc_1", 0, '{"q":12}'))
+    events = one_call(
+        delta("fc_1", 0, '{"q":'), delta("fc_1", 0, "12}"), args_done("fc_1", 0, '{"q":12}')
+    )
     del events[3]  # a lost delta: sequence_number 3 never arrives
     adapter, out = run(events)
     assert ended_call_ids(out) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -26,7 +27,7 @@ MAX_SAFE = 2**53 - 1
 def chunks_at(text: str, cuts: Iterable[int]) -> list[str]:
     points = sorted({c for c in cuts if 0 < c < len(text)})
     bounds = [0, *points, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def run(chunks: Sequence[str], **kwargs: Any) -> JsonSyntaxScanner:
@@ -574,7 +575,7 @@ def test_any_chunking_of_valid_json_is_accepted(value: Any, style: int, data: An
 
 
 _MUTATION_PIECES = [
-    *"{}[]:,\"\\ \t\n0189-+.eEtfnulrsaAdDcC\x00\x1f\x7f\x0b\ufeff",
+    *'{}[]:,"\\ \t\n0189-+.eEtfnulrsaAdDcC\x00\x1f\x7f\x0b\ufeff',
     "\ud800",
     "\udc00",
     "😀",

@@ -1,0 +1,71 @@
+"""Structured JSON logs, one object per line on stderr, that never carry argument values.
+
+Use the stdlib logger and put structured fields in ``extra={"fields": {...}}``::
+
+    log.info("partition restored", extra={"fields": {"partition": 3, "records": 120}})
+
+The formatter writes ``ts``, ``level``, ``logger``, ``msg``, the fields and, for exceptions, the
+exception type and a traceback. Fields whose names suggest payload content (``arguments``,
+``delta``, ``payload``, ``value``, ``text``, …) are replaced by ``"[redacted]"`` whatever their
+value, so a careless call site cannot leak argument text (invariant 8). Messages themselves are
+the caller's responsibility: never format a record's content into them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any, Final
+
+import orjson
+
+REDACTED: Final = "[redacted]"
+_PAYLOAD_FIELDS: Final = frozenset(
+    {"arguments", "args", "delta", "deltas", "payload", "value", "text", "body", "chunk"}
+)
+
+
+def redact(fields: dict[str, Any]) -> dict[str, Any]:
+    """Replace payload-like fields by a marker (by name, whatever the value)."""
+    return {k: (REDACTED if k.lower() in _PAYLOAD_FIELDS else v) for k, v in fields.items()}
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a log record as one JSON object."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            data.update(redact(fields))
+        if record.exc_info and record.exc_info[0] is not None:
+            data["exc_type"] = record.exc_info[0].__name__
+            data["traceback"] = self.formatException(record.exc_info)
+        return orjson.dumps(data, default=str).decode()
+
+
+def configure_logging(level: str | int = "INFO") -> None:
+    """Send every log record of the process to stderr as JSON lines (idempotent)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_toolcall_json", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    handler._toolcall_json = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level if isinstance(level, int) else level.upper())
+    # aiokafka logs every rebalance step at INFO and transient errors at ERROR; keep WARNING+
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    logging.Formatter.converter = time.gmtime
+
+
+def fields(**values: Any) -> dict[str, Any]:
+    """``extra=fields(partition=3)``: shorthand for structured fields."""
+    return {"fields": values}

@@ -1,0 +1,131 @@
+"""Every Prometheus metric of the processor, defined here and nowhere else.
+
+Naming: one prefix (``toolcall_``), base units as suffixes (``_seconds``, ``_bytes``), ``_total``
+on counters (prometheus-client appends it to the counter names given below). Labels are bounded:
+a topic *role* (``fragments``, ``control``, ``dispatch``, …), a partition number (bounded by the
+partition count), a terminal reason or dead-letter reason (closed vocabularies), an abort cause
+(a small fixed set). Never call ids, turn ids, tenants or argument values (invariant 8).
+
+All objects live in the default registry, so one process exposes them on one endpoint
+(:mod:`processor.observability.health`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+_RESTORE_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+# -- consumption ---------------------------------------------------------------------------
+
+RECORDS_CONSUMED: Final = Counter(
+    "toolcall_records_consumed",
+    "Input records consumed and handed to an Assembler, by topic role.",
+    ["topic"],
+)
+RECORDS_SKIPPED: Final = Counter(
+    "toolcall_records_skipped",
+    "Fetched records not processed (already processed, or fetched before a partition reset).",
+    ["topic"],
+)
+CONSUMER_LAG: Final = Gauge(
+    "toolcall_consumer_lag_records",
+    "Last stable offset minus the next offset to process, per input partition.",
+    ["topic", "partition"],
+)
+
+# -- assembler state ----------------------------------------------------------------------
+
+OPEN_BUFFERS: Final = Gauge(
+    "toolcall_open_buffers",
+    "Call buffers that are not yet terminal, per input partition.",
+    ["partition"],
+)
+BUFFERED_BYTES: Final = Gauge(
+    "toolcall_buffered_bytes",
+    "Argument bytes held by open call buffers, per input partition.",
+    ["partition"],
+)
+TERMINAL_OUTCOMES: Final = Counter(
+    "toolcall_terminal_outcomes",
+    "Calls that reached a terminal state, by state and terminal reason.",
+    ["state", "reason"],
+)
+OUTPUT_RECORDS: Final = Counter(
+    "toolcall_output_records",
+    "Output records committed, by topic role.",
+    ["topic"],
+)
+DEADLETTERS: Final = Counter(
+    "toolcall_deadletters",
+    "Input records sent to the dead-letter topic, by reason.",
+    ["reason"],
+)
+DISPATCH_LATENCY: Final = Histogram(
+    "toolcall_dispatch_latency_seconds",
+    "From the timestamp of the record that triggered a dispatch (the terminal event, or a "
+    "confirmation) to the commit of the transaction holding the dispatch record.",
+    buckets=_LATENCY_BUCKETS,
+)
+
+# -- transactions -------------------------------------------------------------------------
+
+TRANSACTION_DURATION: Final = Histogram(
+    "toolcall_transaction_duration_seconds",
+    "Duration of one committed transaction (outputs, changelog, offsets, commit).",
+    buckets=_LATENCY_BUCKETS,
+)
+TRANSACTIONS: Final = Counter(
+    "toolcall_transactions",
+    "Transactions committed.",
+)
+TRANSACTION_ABORTS: Final = Counter(
+    "toolcall_transaction_aborts",
+    "Transactions aborted or abandoned, by cause (timeout, fenced, kafka_error, error).",
+    ["cause"],
+)
+PARTITION_RESETS: Final = Counter(
+    "toolcall_partition_resets",
+    "Partitions rebuilt (new producer, state restored, offsets re-read) after a failure.",
+)
+
+# -- group membership and state ------------------------------------------------------------
+
+REBALANCES: Final = Counter(
+    "toolcall_rebalances",
+    "Rebalance callbacks, by event (assigned, revoked).",
+    ["event"],
+)
+ASSIGNED_PARTITIONS: Final = Gauge(
+    "toolcall_assigned_partitions",
+    "Input partition numbers assigned to this worker.",
+)
+READY_PARTITIONS: Final = Gauge(
+    "toolcall_ready_partitions",
+    "Assigned input partitions whose state is restored and which are being processed.",
+)
+RESTORE_DURATION: Final = Histogram(
+    "toolcall_restore_duration_seconds",
+    "Time to restore one partition's state from its changelog partition.",
+    buckets=_RESTORE_BUCKETS,
+)
+RESTORE_RECORDS: Final = Counter(
+    "toolcall_restore_records",
+    "Changelog records applied during restores.",
+)
+RESTORE_FAILURES: Final = Counter(
+    "toolcall_restore_failures",
+    "Partition preparations (fence, restore, seek) that failed or timed out and were retried.",
+)
+
+# -- publishing (adapters) -----------------------------------------------------------------
+
+PUBLISHED_EVENTS: Final = Counter(
+    "toolcall_published_events",
+    "Fragment events published to the fragments topic by adapters.",
+)

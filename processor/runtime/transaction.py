@@ -1,0 +1,120 @@
+"""The commit step: one batch's outputs, changelog records and offsets in one Kafka transaction.
+
+Numbered and bounded, like Quix Streams' checkpoint commit::
+
+    1. begin the transaction
+    2. send the output records (dispatch, proposals, status, ledger, audit, deadletter)
+    3. send the changelog records to changelog partition p
+    4. wait until every record is acknowledged
+    5. add the consumed offsets (``send_offsets_to_transaction``, TxnOffsetCommit)
+    6. commit
+
+The whole step runs under one deadline (``commit_timeout_seconds``, below the transaction timeout,
+itself below the session timeout). Any error aborts (best effort, bounded) and raises
+:class:`TransactionFailed` with a cause; the caller then throws the producer away and rebuilds the
+partition from the changelog and the committed offsets (a producer that hit an indefinite error,
+a timeout, must not be reused: the transaction may or may not have committed, and only a new
+``InitProducerId`` settles it).
+
+Step 4 is an aiokafka caveat: a failed produce request does not put aiokafka's transaction into
+an abortable state (only failures of AddPartitionsToTxn, AddOffsetsToTxn and TxnOffsetCommit do),
+so without it a commit could succeed with records missing. We await every delivery future first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+from processor.runtime.codec import Outbound
+
+_ABORT_TIMEOUT_S: Final = 5.0
+
+
+class TransactionFailed(Exception):
+    """The batch's transaction did not commit. ``cause``: timeout, fenced, kafka_error, error."""
+
+    def __init__(self, cause: str, detail: str) -> None:
+        super().__init__(f"{cause}: {detail}")
+        self.cause = cause
+        self.detail = detail
+
+
+@dataclass
+class CommitPlan:
+    """Everything one transaction writes. ``offsets``: input partition → next offset to read."""
+
+    outputs: list[Outbound] = field(default_factory=list)
+    changelog: list[Outbound] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.outputs or self.changelog or self.offsets)
+
+
+async def commit(
+    producer: AIOKafkaProducer, plan: CommitPlan, *, group_id: str, timeout: float
+) -> float:
+    """Run the numbered commit step; return its duration in seconds, or raise TransactionFailed."""
+    started = time.monotonic()
+    began = False
+    try:
+        async with asyncio.timeout(timeout):
+            await producer.begin_transaction()  # 1
+            began = True
+            futures = await _send_all(producer, plan.outputs)  # 2
+            futures += await _send_all(producer, plan.changelog)  # 3
+            await asyncio.gather(*futures)  # 4
+            if plan.offsets:  # 5
+                await producer.send_offsets_to_transaction(
+                    {tp: OffsetAndMetadata(offset, "") for tp, offset in plan.offsets.items()},
+                    group_id,
+                )
+            await producer.commit_transaction()  # 6
+    except BaseException as exc:
+        failure = _classify(exc)
+        if began and failure.cause not in ("fenced",):
+            await _abort_quietly(producer)
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        raise failure from exc
+    return time.monotonic() - started
+
+
+async def _send_all(producer: AIOKafkaProducer, records: Sequence[Outbound]) -> list[Any]:
+    futures = []
+    for r in records:
+        futures.append(
+            await producer.send(
+                r.topic, value=r.value, key=r.key, partition=r.partition, headers=r.headers
+            )
+        )
+    return futures
+
+
+async def _abort_quietly(producer: AIOKafkaProducer) -> None:
+    """Abort so read_committed readers move on now; the producer is discarded afterwards."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(producer.abort_transaction(), _ABORT_TIMEOUT_S)
+
+
+def _classify(exc: BaseException) -> TransactionFailed:
+    if isinstance(exc, TransactionFailed):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return TransactionFailed("timeout", "the commit step exceeded its deadline")
+    if isinstance(exc, ProducerFenced):
+        return TransactionFailed("fenced", "another producer owns this transactional id")
+    if isinstance(exc, KafkaError):
+        return TransactionFailed("kafka_error", type(exc).__name__)
+    # aiokafka reports a producer in FATAL_ERROR state as a bare AssertionError on later calls
+    return TransactionFailed("error", type(exc).__name__)
