@@ -14,6 +14,7 @@ Input is the event dicts boto3's ``converse_stream()`` yields (one key per event
   ``{}``.
 * ``messageStop{stopReason}`` ends the response; ``metadata`` (usage) is ignored.
 * ``…Exception`` events (and an eventstream ``error`` frame) end the response as failed.
+  Content outside a message (after an exception or a ``messageStop``) is ignored.
 
 A block's ``contentBlockStop`` is trusted once the model has moved on (a later block starts or
 streams) or the message stopped normally. Under ``stopReason`` ``max_tokens`` (or a guardrail or

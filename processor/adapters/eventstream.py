@@ -270,7 +270,10 @@ def message_to_event(message: EventStreamMessage) -> dict[str, Any]:
 
 def is_error_event(event: Mapping[str, Any]) -> bool:
     """True for an exception frame's event (``…Exception``) or an ``error`` frame's event."""
-    return any(name == STREAM_ERROR_EVENT or name.endswith("Exception") for name in event)
+    return any(
+        isinstance(name, str) and (name == STREAM_ERROR_EVENT or name.endswith("Exception"))
+        for name in event
+    )
 
 
 def decode_events(body: bytes) -> list[dict[str, Any]]:

@@ -387,7 +387,7 @@ class GeminiAdapter(StreamAdapter):
             out.append(self._finish(resp, ResponseStatus.FAILED, "prompt_blocked"))
             return out
         try:
-            out.extend(self._candidate(resp, candidate))
+            self._candidate(resp, candidate, out)
         except PartialArgsError as exc:
             self.anomaly(f"response made inert: {exc.detail}")
             out.append(self._finish(resp, ResponseStatus.ERROR, f"{exc.reason}: {exc.detail}"))
@@ -429,18 +429,19 @@ class GeminiAdapter(StreamAdapter):
         self.anomaly(f"provider error chunk ({word})")
         return self._end_current(ResponseStatus.FAILED, f"provider_error: {word}")
 
-    def _candidate(self, resp: _Response, candidate: dict[str, Any]) -> list[FragmentEvent]:
+    def _candidate(
+        self, resp: _Response, candidate: dict[str, Any], out: list[FragmentEvent]
+    ) -> None:
+        """Append the candidate's events part by part, so an inert ending keeps earlier ones."""
         finish = candidate.get("finishReason")
         if finish is not None and not isinstance(finish, str):
             raise _bad_chunk("finishReason is not a string")
         status = _FINISH_STATUS.get(finish, ResponseStatus.INCOMPLETE) if finish else None
         trusted = status in (None, ResponseStatus.COMPLETED)
-        out: list[FragmentEvent] = []
         for part in _parts(candidate):
             out.extend(self._part(resp, part, trusted))
         if finish is not None and status is not None:
             out.extend(self._finish_reason(resp, finish, status))
-        return out
 
     # -- parts -----------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ servers that copy the format (Groq, Mistral, GLM, vLLM, gateways):
   delta ``{}``. ``length``, ``content_filter`` or any other reason leaves them open, and the
   response's ``response.ended`` (``incomplete``, ``failed`` or ``error``) makes them inert.
   ``response.ended`` is emitted once every choice seen has a ``finish_reason``, on a mid-stream
-  ``error`` payload (HTTP 200), after a bad chunk, or at ``close()`` (``incomplete`` when some
-  choice never finished).
+  ``error`` payload (HTTP 200), or at ``close()`` (``error`` after a bad chunk, ``incomplete``
+  when some choice never finished). A choice first seen after that is ignored (fail closed).
 
 Text, reasoning, refusals and usage are ignored. Custom (non-function) tool calls and the
 deprecated ``function_call`` delta are ignored with an anomaly. A chunk of the wrong structure

@@ -52,13 +52,15 @@ class SseEvent:
 class SseDecoder:
     """Incremental SSE decoder: ``feed`` any slice of the body, get the events it completes.
 
+    Bytes must be UTF-8: where a browser would substitute U+FFFD, this raises
+    :class:`AdapterError`, because a silently altered byte could change a tool argument.
     ``flush()`` ends the body. Unlike a browser, it dispatches a final event that lacks its
     terminating blank line (recorded bodies and several servers omit it); a genuinely cut event
     then fails later, when its data is not the JSON object an adapter expects.
     """
 
     def __init__(self) -> None:
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="strict")
         self._line = ""
         self._skip_lf = False
         self._started = False
@@ -69,12 +71,11 @@ class SseDecoder:
 
     def feed(self, chunk: bytes | str) -> list[SseEvent]:
         """Take the next slice of the body; return the events completed by it."""
-        text = self._utf8.decode(chunk) if isinstance(chunk, bytes) else chunk
-        return self._consume(text)
+        return self._consume(self._text(chunk, final=False))
 
     def flush(self) -> list[SseEvent]:
         """The body is over: finish a last unterminated line and event."""
-        events = self._consume(self._utf8.decode(b"", final=True))
+        events = self._consume(self._text(b"", final=True))
         if self._line:
             self._process_line(self._line)
             self._line = ""
@@ -82,6 +83,14 @@ class SseDecoder:
         if event is not None:
             events.append(event)
         return events
+
+    def _text(self, chunk: bytes | str, *, final: bool) -> str:
+        if isinstance(chunk, str):
+            return chunk
+        try:
+            return self._utf8.decode(chunk, final=final)
+        except UnicodeDecodeError:
+            raise AdapterError("bad_chunk", "sse body is not UTF-8") from None
 
     # -- line splitting ----------------------------------------------------------------------
 
@@ -161,7 +170,9 @@ class ProviderEventDecoder:
     """Incremental body → provider event dicts, for SSE and JSON-lines bodies alike.
 
     The format is detected from the first non-blank characters unless given. After an SSE
-    ``[DONE]`` the decoder is ``done`` and ignores the rest of the body.
+    ``[DONE]`` the decoder is ``done`` and ignores the rest of the body. An unreadable payload
+    also makes it ``done``: its :class:`AdapterError` is raised at once when no good event
+    precedes it in the same call, else by the next ``feed``/``close``/``check`` call.
     """
 
     def __init__(self, text_format: TextFormat | None = None) -> None:
@@ -194,6 +205,10 @@ class ProviderEventDecoder:
         if self.format == "sse":
             return out + self._from_sse(self._sse.flush())
         return out + self._from_jsonl(self._jsonl_text(b"", final=True), final=True)
+
+    def check(self) -> None:
+        """Raise the AdapterError of an unreadable payload that followed the events returned."""
+        self._raise_deferred()
 
     def _raise_deferred(self) -> None:
         if self._error is not None:
@@ -230,6 +245,8 @@ class ProviderEventDecoder:
         held, self._held, self._head = self._held, [], ""
         out: list[dict[str, Any]] = []
         for chunk in held:
+            if self.done:
+                break
             out.extend(self.feed(chunk))
         return out
 
@@ -286,3 +303,4 @@ def iter_provider_events(
         if decoder.done:
             break
     yield from decoder.close()
+    decoder.check()

@@ -20,7 +20,8 @@ The order of a call's life, and the only road to ``dispatch``::
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,10 +128,15 @@ class Assembler:
         self.registry = registry
         self.limits = limits or Limits()
         self.verifier: CommandVerifier = verifier or AllowUnsigned()
-        self.calls: dict[CallKey, CallBuffer] = {}
+        self.calls: dict[CallKey, CallBuffer] = {}  # open and inert (until retention ends)
         self.control = ControlState()
         self._dirty: set[str] = set()
+        # indexes over the open buffers only, so no hot path walks the inert ones
+        self._active: dict[CallKey, CallBuffer] = {}
+        self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
         self._open_per_tenant: dict[str, int] = {}
+        self._ended: deque[tuple[float, CallKey]] = deque()  # in order of ended_at
+        self._ended_sorted = True
         self.late_events = 0  # events for absorbing calls, ignored (a delivery condition)
         self.duplicate_deltas = 0
 
@@ -170,7 +176,7 @@ class Assembler:
     def tick(self, now: float) -> list[OutputRecord]:
         """Expire idle buffers, unbound candidates, unanswered confirmations; forget old state."""
         out: list[OutputRecord] = []
-        for buf in list(self.calls.values()):
+        for buf in list(self._active.values()):
             reason = self._expiry(buf, now)
             if reason is TerminalReason.PERMISSION_DENIED:
                 buf.validation_result = "turn_not_bound"
@@ -215,7 +221,7 @@ class Assembler:
 
     @property
     def buffered_bytes(self) -> int:
-        return sum(b.byte_count for b in self.calls.values() if b.open)
+        return sum(b.byte_count for b in self._active.values())
 
     def call_state(self, key: CallKey) -> CallState:
         buf = self.calls.get(key)
@@ -333,12 +339,9 @@ class Assembler:
         if record.ended is None:
             record.ended = reason.value
             self._mark(response_state_key(event.tenant, event.turn_id, event.response_id))
-        for buf in self._calls_where(
-            lambda k: (
-                (k.tenant, k.turn_id, k.response_id)
-                == (event.tenant, event.turn_id, event.response_id)
-            )
-        ):
+        for buf in self._turn_calls(event.tenant, event.turn_id):
+            if buf.key.response_id != event.response_id:
+                continue
             if buf.state in (CallState.ABSENT, CallState.COLLECTING):
                 self._terminate(buf, reason, now, out)
 
@@ -435,9 +438,7 @@ class Assembler:
             return
         turn.actor, turn.session = event.actor, event.session
         self._mark(turn_state_key(event.tenant, event.turn_id))
-        for buf in self._calls_where(
-            lambda k: (k.tenant, k.turn_id) == (event.tenant, event.turn_id)
-        ):
+        for buf in self._turn_calls(event.tenant, event.turn_id):
             if buf.state is CallState.TERMINAL_CANDIDATE:
                 self._try_validate(buf, None, now, out)
 
@@ -449,9 +450,7 @@ class Assembler:
         if turn.cancelled is None:
             turn.cancelled = reason.value
             self._mark(turn_state_key(event.tenant, event.turn_id))
-        affected = self._stop_where(
-            lambda k: (k.tenant, k.turn_id) == (event.tenant, event.turn_id), reason, now, out
-        )
+        affected = self._stop(self._turn_calls(event.tenant, event.turn_id), reason, now, out)
         out.append(self._audit(event, AuditOutcome.APPLIED, None, affected, now))
 
     def _on_confirmed(self, event: CallConfirmed, now: float, out: list[OutputRecord]) -> None:
@@ -506,8 +505,8 @@ class Assembler:
                 key = (event.tenant, event.turn_id, event.response_id)
                 self.control.ensure_response(*key, now).quarantined = True
                 self._mark(response_state_key(*key))
-                affected = self._stop_where(
-                    lambda k: (k.tenant, k.turn_id, k.response_id) == key,
+                affected = self._stop(
+                    [b for b in self._turn_calls(*key[:2]) if b.key.response_id == key[2]],
                     TerminalReason.QUARANTINED,
                     now,
                     out,
@@ -516,11 +515,13 @@ class Assembler:
                 tool = self._canonical_tool(event.tool)
                 self.control.disabled_tools[(event.tenant or "*", tool)] = flag
                 self._mark(tool_state_key(event.tenant, tool))
-                affected = self._stop_where(
-                    lambda k: (
-                        event.tenant in (None, k.tenant)
-                        and self._canonical_tool(self.calls[k].tool or "") == tool
-                    ),
+                affected = self._stop(
+                    [
+                        b
+                        for b in self._active.values()
+                        if event.tenant in (None, b.key.tenant)
+                        and self._canonical_tool(b.tool or "") == tool
+                    ],
                     TerminalReason.TOOL_DISABLED,
                     now,
                     out,
@@ -532,8 +533,11 @@ class Assembler:
             case TenantStopped():
                 self.control.stopped_tenants[event.tenant] = flag
                 self._mark("tenant:" + event.tenant)
-                affected = self._stop_where(
-                    lambda k: k.tenant == event.tenant, TerminalReason.TENANT_STOPPED, now, out
+                affected = self._stop(
+                    [b for b in self._active.values() if b.key.tenant == event.tenant],
+                    TerminalReason.TENANT_STOPPED,
+                    now,
+                    out,
                 )
             case TenantResumed():
                 self.control.stopped_tenants.pop(event.tenant, None)
@@ -558,43 +562,56 @@ class Assembler:
         self._mark("cmd:" + event.command_id)
         return False
 
-    def _stop_where(
-        self, match: Any, reason: TerminalReason, now: float, out: list[OutputRecord]
+    def _stop(
+        self,
+        bufs: Iterable[CallBuffer],
+        reason: TerminalReason,
+        now: float,
+        out: list[OutputRecord],
     ) -> list[CallKey]:
         affected = []
-        for buf in self._calls_where(match):
+        for buf in bufs:
             if not buf.state.absorbing:
                 affected.append(buf.key)
                 self._terminate(buf, reason, now, out)
         return affected
 
-    def _calls_where(self, match: Any) -> Iterator[CallBuffer]:
-        return iter([buf for key, buf in self.calls.items() if match(key)])
+    def _turn_calls(self, tenant: str, turn_id: str) -> list[CallBuffer]:
+        """The open buffers of one turn (a copy: callers terminate while iterating)."""
+        return list(self._active_by_turn.get((tenant, turn_id), {}).values())
 
     # ================================================================== terminal bookkeeping
 
     def _count(self, buf: CallBuffer) -> None:
-        """Count a buffer against the open-buffer limits until it is terminal."""
+        """Index an open buffer and count it against the open-buffer limits until terminal."""
         buf.counted = True
-        tenant = buf.key.tenant
-        self._open_per_tenant[tenant] = self._open_per_tenant.get(tenant, 0) + 1
+        key = buf.key
+        self._active[key] = buf
+        self._active_by_turn.setdefault((key.tenant, key.turn_id), {})[key] = buf
+        self._open_per_tenant[key.tenant] = self._open_per_tenant.get(key.tenant, 0) + 1
 
     def _uncount(self, buf: CallBuffer) -> None:
         if not buf.counted:
             return
         buf.counted = False
-        tenant = buf.key.tenant
-        count = self._open_per_tenant.get(tenant, 0) - 1
+        key = buf.key
+        del self._active[key]
+        turn = self._active_by_turn[(key.tenant, key.turn_id)]
+        del turn[key]
+        if not turn:
+            del self._active_by_turn[(key.tenant, key.turn_id)]
+        count = self._open_per_tenant[key.tenant] - 1
         if count > 0:
-            self._open_per_tenant[tenant] = count
+            self._open_per_tenant[key.tenant] = count
         else:
-            self._open_per_tenant.pop(tenant, None)
+            del self._open_per_tenant[key.tenant]
 
     def _terminate(
         self, buf: CallBuffer, reason: TerminalReason, now: float, out: list[OutputRecord]
     ) -> None:
         self._uncount(buf)
         buf.terminate(reason, now)
+        self._ended.append((now, buf.key))
         self._touch(buf)
         out.append(self._ledger(buf, now))
         if reason is TerminalReason.DISPATCHED:
@@ -618,15 +635,18 @@ class Assembler:
 
     def _forget(self, horizon: float) -> None:
         """Drop inert facts older than the retention window (bounded memory, invariant 5)."""
-        for key, buf in list(self.calls.items()):
-            if buf.state.absorbing and (buf.ended_at or 0.0) < horizon:
+        if not self._ended_sorted:
+            self._ended = deque(sorted(self._ended, key=lambda e: e[0]))
+            self._ended_sorted = True
+        while self._ended and self._ended[0][0] < horizon:
+            ended_at, key = self._ended.popleft()
+            buf = self.calls.get(key)
+            if buf is not None and buf.state.absorbing and buf.ended_at == ended_at:
                 del self.calls[key]
                 self._touch(buf)
         control = self.control
         for tk, turn in list(control.turns.items()):
-            if turn.last_seen < horizon and not any(
-                (k.tenant, k.turn_id) == tk for k in self.calls
-            ):
+            if turn.last_seen < horizon and tk not in self._active_by_turn:
                 del control.turns[tk]
                 self._mark(turn_state_key(*tk))
         for rk, response in list(control.responses.items()):
@@ -746,6 +766,9 @@ class Assembler:
                 self.calls[call_key] = buf
                 if not buf.state.absorbing:
                     self._count(buf)
+                else:
+                    self._ended.append((buf.ended_at or 0.0, call_key))
+                    self._ended_sorted = False
             return
         self.control.restore_entry(key, data)
 

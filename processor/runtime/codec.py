@@ -70,9 +70,8 @@ def encode_output(record: OutputRecord, topics: TopicNames, traceparent: str | N
 
 
 def encode_change(change: StateChange, changelog: str, partition: int) -> Outbound:
-    return Outbound(
-        topic=changelog, key=change.key.encode(), value=change.value, headers=[], partition=partition
-    )
+    key = change.key.encode()
+    return Outbound(topic=changelog, key=key, value=change.value, headers=[], partition=partition)
 
 
 def valid_traceparent(value: str | bytes | None) -> str | None:

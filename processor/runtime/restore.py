@@ -47,7 +47,7 @@ async def restore_partition(
     timeout: float,
     poll_timeout_ms: int = 500,
 ) -> RestoreResult:
-    """Apply changelog partition ``partition`` to ``assembler``; raise TimeoutError past ``timeout``."""
+    """Apply changelog partition ``partition`` to ``assembler``; TimeoutError after ``timeout``."""
     started = time.monotonic()
     tp = TopicPartition(changelog, partition)
     consumer = AIOKafkaConsumer(

@@ -34,10 +34,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
-from processor.settings import Settings, TopicNames
+from processor.settings import Settings
 
 COPARTITIONED: Final = ("fragments", "control", "changelog")
-SHOWN_CONFIGS: Final = ("cleanup.policy", "retention.ms", "max.message.bytes", "min.insync.replicas")
+SHOWN_CONFIGS: Final = (
+    "cleanup.policy",
+    "retention.ms",
+    "max.message.bytes",
+    "min.insync.replicas",
+)
 
 _TOPIC_ALREADY_EXISTS: Final = 36
 _UNKNOWN_TOPIC: Final = 3
@@ -105,9 +110,7 @@ def topic_specs(
         "deadletter": delete(s.deadletter_retention_ms),
         "changelog": {**common, "cleanup.policy": "compact", **big},
     }
-    return [
-        TopicSpec(role, name, n, rf, configs[role]) for role, name in s.topics.all().items()
-    ]
+    return [TopicSpec(role, name, n, rf, configs[role]) for role, name in s.topics.all().items()]
 
 
 def check_copartitioning(states: Mapping[str, TopicState]) -> None:
@@ -169,7 +172,10 @@ async def create_topics(
     result = {s.name: "exists" for s in specs if before[s.role].exists}
     if todo:
         response = await admin.create_topics(
-            [NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.config) for s in todo]
+            [
+                NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=s.config)
+                for s in todo
+            ]
         )
         problems = []
         for entry in response.topic_errors:
@@ -240,7 +246,3 @@ def format_states(states: Mapping[str, TopicState]) -> list[str]:
             f"replication={st.replication_factor}  {cfg}".rstrip()
         )
     return lines
-
-
-def names_of(topics: TopicNames) -> list[str]:
-    return list(topics.all().values())

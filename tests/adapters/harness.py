@@ -2,9 +2,8 @@
 
 Other adapter test modules (Gemini, Bedrock) import these; keep the signatures stable.
 
-``naive_calls`` is a deliberately tiny stand-in for the Assembler, enough to state what each
-recording should produce. The lead will later route these tests through the real Assembler
-(``processor.core``) instead; until then it applies only the rules the adapters rely on.
+``assembled_calls`` runs the adapter's events through the real Assembler, so every recording is
+asserted end to end: provider bytes → adapter → Assembler → dispatch.
 """
 
 from __future__ import annotations
@@ -17,7 +16,16 @@ import orjson
 
 from processor.adapters.base import StreamAdapter, TurnContext
 from processor.adapters.sse import iter_provider_events
-from processor.core.events import CallDelta, CallEnded, CallStarted, FragmentEvent, ResponseEnded
+from processor.core.assembler import Assembler
+from processor.core.events import (
+    CallEnded,
+    CallStarted,
+    Dispatch,
+    FragmentEvent,
+    ResponseEnded,
+    TurnStarted,
+)
+from processor.core.registry import Registry
 
 DATA = Path(__file__).parent / "data"
 
@@ -40,66 +48,42 @@ def run_adapter(
     return out
 
 
-def naive_calls(events: Iterable[FragmentEvent]) -> list[dict[str, Any]]:
-    """The calls a naive assembler would complete, in the order their call.ended arrived.
+def assembled_calls(events: Iterable[FragmentEvent]) -> list[dict[str, Any]]:
+    """The calls the real Assembler dispatches from these events, in dispatch order.
 
-    A call counts when it got ``call.ended`` before its response's ``response.ended``, its
-    deltas cover positions 1..ended.seq-1 without conflicting duplicates (identical duplicates
-    are ignored), the joined text parses as a JSON object, and it matches the provider's
-    ``arguments`` when the terminal carries them. Each result has ``tool``, ``call_id``,
-    ``response_id``, ``item_id`` and ``arguments`` (the parsed object).
-
-    The lead will later route this through the real Assembler.
+    The turn is bound to the adapter's actor first (as the gateway would), and every tool name
+    the stream mentions is declared with an open object schema, so what is asserted here is the
+    adapter's framing, identity and terminal signals, not a tool registry. Each result has
+    ``tool``, ``call_id``, ``response_id``, ``item_id`` and ``arguments`` (the parsed object).
     """
-    ended_responses: set[str] = set()
-    calls: dict[tuple[str, str, str], dict[str, Any]] = {}
-    out: list[dict[str, Any]] = []
+    events = list(events)
+    tools = sorted({e.tool for e in events if isinstance(e, CallStarted)})
+    registry = Registry.from_document(
+        {"tools": [{"name": name, "parameters": {"type": "object"}} for name in tools]}
+    )
+    assembler = Assembler(registry)
+    bind = TurnStarted(
+        command_id="bind",
+        issued_by="gateway",
+        issued_at=0.0,
+        tenant=CTX.tenant,
+        turn_id=CTX.turn_id,
+        actor=CTX.actor,
+    )
+    outputs = assembler.handle(bind, 0.0)
     for event in events:
-        if isinstance(event, ResponseEnded):
-            ended_responses.add(event.response_id)
-            continue
-        key = (event.response_id, event.item_id, event.call_id)
-        if isinstance(event, CallStarted):
-            calls.setdefault(key, {"tool": event.tool, "deltas": {}, "bad": False, "done": False})
-        elif isinstance(event, CallDelta) and key in calls:
-            _add_delta(calls[key], event)
-        elif isinstance(event, CallEnded) and key in calls:
-            state = calls[key]
-            if not state["done"] and event.response_id not in ended_responses:
-                state["done"] = True
-                result = _complete(state, event)
-                if result is not None:
-                    out.append(result)
-    return out
-
-
-def _add_delta(state: dict[str, Any], event: CallDelta) -> None:
-    known = state["deltas"].get(event.seq)
-    if known is None:
-        state["deltas"][event.seq] = event.delta
-    elif known != event.delta:
-        state["bad"] = True
-
-
-def _complete(state: dict[str, Any], event: CallEnded) -> dict[str, Any] | None:
-    deltas: dict[int, str] = state["deltas"]
-    if state["bad"] or sorted(deltas) != list(range(1, event.seq)):
-        return None
-    try:
-        arguments = orjson.loads("".join(deltas[i] for i in range(1, event.seq)))
-        if event.arguments is not None and orjson.loads(event.arguments) != arguments:
-            return None
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(arguments, dict):
-        return None
-    return {
-        "tool": state["tool"],
-        "call_id": event.call_id,
-        "response_id": event.response_id,
-        "item_id": event.item_id,
-        "arguments": arguments,
-    }
+        outputs += assembler.handle(event, 0.0)
+    return [
+        {
+            "tool": d.tool,
+            "call_id": d.call_id,
+            "response_id": d.response_id,
+            "item_id": d.item_id,
+            "arguments": d.arguments,
+        }
+        for d in outputs
+        if isinstance(d, Dispatch)
+    ]
 
 
 def response_endings(events: Iterable[FragmentEvent]) -> list[tuple[str, str, str]]:

@@ -15,10 +15,10 @@ from processor.core.events import CallDelta, CallEnded, CallStarted
 from tests.adapters.harness import (
     CTX,
     DATA,
+    assembled_calls,
     dumped,
     ended_call_ids,
     load_events,
-    naive_calls,
     response_endings,
     run_adapter,
     sse_body,
@@ -84,7 +84,7 @@ def call(tool: str, call_id: str, item_id: str, arguments: dict[str, Any],
 def test_text_then_tool_use() -> None:
     adapter, out = run(load_events(FIXTURES / "text-then-tool-use.sse"))
     rid = "msg_019Q1hrJbZG26Fb9BQhrkHEr"
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("get_weather", "toolu_01NRLabsLyVHZPKxbKvkfSMn", "1", {"location": "Paris"}, rid)
     ]
     assert response_endings(out) == [(rid, "completed", "tool_use")]
@@ -101,7 +101,7 @@ def test_text_then_tool_use() -> None:
 def test_truncated_at_max_tokens_without_block_stop_is_inert() -> None:
     _, out = run(load_events(FIXTURES / "tool-use-truncated-max-tokens.sse"))
     rid = "msg_01UdjYBBipA9omjYhicnevgq"
-    assert naive_calls(out) == []
+    assert assembled_calls(out) == []
     assert ended_call_ids(out) == []
     assert [e.call_id for e in out if isinstance(e, CallStarted)] == [
         "toolu_01EKqbqmZrGRXy18eN7m9kvY"
@@ -111,7 +111,7 @@ def test_truncated_at_max_tokens_without_block_stop_is_inert() -> None:
 
 def test_spliced_message_start_makes_the_first_message_inert() -> None:
     _, out = run(load_events(FIXTURES / "spliced-message-start-SYNTHETIC.jsonl"))
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("test-tool", "toolu_second", "1", {"value": "Sparkle Day"}, "msg_second")
     ]
     assert ended_call_ids(out) == ["toolu_second"]
@@ -152,7 +152,7 @@ def test_interleaved_parallel_tool_use_blocks() -> None:
         message_delta("tool_use"),
         MESSAGE_STOP,
     ])  # fmt: skip
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("get_time", "toolu_b", "2", {"tz": "UTC"}),
         call("get_weather", "toolu_a", "1", {"city": "Paris"}),
     ]
@@ -164,12 +164,12 @@ def test_interleaved_parallel_tool_use_blocks() -> None:
 def test_no_argument_tool_use_gets_braces() -> None:
     _, out = run([start(), tool_start(0, "toolu_a", "now"), part(0, ""), stop(0), MESSAGE_STOP])
     assert [e.delta for e in out if isinstance(e, CallDelta)] == ["{}"]
-    assert naive_calls(out) == [call("now", "toolu_a", "0", {})]
+    assert assembled_calls(out) == [call("now", "toolu_a", "0", {})]
 
 
 def test_input_given_in_block_start_without_deltas() -> None:
     _, out = run([start(), tool_start(0, "toolu_a", "lookup", {"q": 1}), stop(0), MESSAGE_STOP])
-    assert naive_calls(out) == [call("lookup", "toolu_a", "0", {"q": 1})]
+    assert assembled_calls(out) == [call("lookup", "toolu_a", "0", {"q": 1})]
 
 
 def test_server_tool_use_is_not_a_client_call() -> None:
@@ -257,7 +257,7 @@ def test_unexpected_delta_type_in_a_tool_block_withholds_the_call() -> None:
 def test_repeated_message_start_is_ignored() -> None:
     adapter, out = run([start(), tool_start(0, "toolu_a", "lookup"), start(), part(0, "{}"),
                         stop(0), MESSAGE_STOP])  # fmt: skip
-    assert naive_calls(out) == [call("lookup", "toolu_a", "0", {})]
+    assert assembled_calls(out) == [call("lookup", "toolu_a", "0", {})]
     assert adapter.anomalies == ["repeated message_start ignored"]
 
 
@@ -265,10 +265,18 @@ def test_two_messages_in_sequence() -> None:
     _, out = run([start("msg_1"), tool_start(0, "toolu_a", "lookup"), stop(0), MESSAGE_STOP,
                   start("msg_2"), tool_start(0, "toolu_a", "lookup"), part(0, '{"q":2}'), stop(0),
                   MESSAGE_STOP])  # fmt: skip
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("lookup", "toolu_a", "0", {}, "msg_1"),
         call("lookup", "toolu_a", "0", {"q": 2}, "msg_2"),
     ]
+
+
+def test_duplicated_delta_is_not_detectable_and_the_call_fails_to_parse() -> None:
+    """Anthropic gives no positions: a duplicated delta event is a new position."""
+    _, out = run([start(), tool_start(0, "toolu_a", "lookup"), part(0, '{"q":1}'),
+                  part(0, '{"q":1}'), stop(0), MESSAGE_STOP])  # fmt: skip
+    assert [e.seq for e in out if isinstance(e, CallDelta)] == [1, 2]
+    assert assembled_calls(out) == []
 
 
 def test_replay_into_a_fresh_adapter_gives_the_same_ids() -> None:

@@ -17,10 +17,10 @@ from processor.core.events import CallDelta, CallEnded, CallStarted, FragmentEve
 from tests.adapters.harness import (
     CTX,
     DATA,
+    assembled_calls,
     dumped,
     ended_call_ids,
     load_events,
-    naive_calls,
     response_endings,
     run_adapter,
 )
@@ -45,7 +45,7 @@ def run_bytes(*pieces: bytes) -> tuple[list[FragmentEvent], BedrockConverseAdapt
 
 
 def calls(events: list[FragmentEvent]) -> list[tuple[str, Any]]:
-    return [(c["tool"], c["arguments"]) for c in naive_calls(events)]
+    return [(c["tool"], c["arguments"]) for c in assembled_calls(events)]
 
 
 # --------------------------------------------------------------------------- event builders
@@ -92,7 +92,7 @@ def one_call(*inputs: str, stop: str = "tool_use") -> list[dict[str, Any]]:
 
 def test_recorded_eventstream() -> None:
     events, adapter = run_bytes(RAW)
-    (call,) = naive_calls(events)
+    (call,) = assembled_calls(events)
     assert call["tool"] == "get_temperature"
     assert call["arguments"] == {"city": "Paris"}
     assert call["call_id"] == TOOL_USE_ID
@@ -169,7 +169,7 @@ def test_interleaved_parallel_tool_blocks() -> None:
         message_stop("tool_use"),
     ]
     events, adapter = run(stream)
-    got = naive_calls(events)
+    got = assembled_calls(events)
     assert [(c["item_id"], c["call_id"], c["arguments"]) for c in got] == [
         ("1", "tu-a", {"city": "Paris"}),
         ("2", "tu-b", {"city": "Rome"}),

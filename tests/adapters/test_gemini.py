@@ -19,10 +19,10 @@ from processor.core.events import CallDelta, CallEnded, CallStarted, FragmentEve
 from tests.adapters.harness import (
     CTX,
     DATA,
+    assembled_calls,
     dumped,
     ended_call_ids,
     load_events,
-    naive_calls,
     response_endings,
     run_adapter,
 )
@@ -40,7 +40,7 @@ def run(events: list[dict[str, Any]]) -> tuple[list[FragmentEvent], GeminiAdapte
 
 
 def calls(events: list[FragmentEvent]) -> list[tuple[str, Any]]:
-    return [(c["tool"], c["arguments"]) for c in naive_calls(events)]
+    return [(c["tool"], c["arguments"]) for c in assembled_calls(events)]
 
 
 # --------------------------------------------------------------------------- chunk builders
@@ -86,7 +86,7 @@ END = fc()
 def test_whole_call_one_chunk() -> None:
     events, adapter = run(recording("whole-call-one-chunk.jsonl"))
     rid = "b36LacjwM668nsEP2tbsgQQ"
-    assert naive_calls(events) == [
+    assert assembled_calls(events) == [
         {
             "tool": "weather",
             "call_id": f"{rid}:0",
@@ -108,7 +108,7 @@ def test_partial_args_two_sequential_calls() -> None:
         ("getWeather", {"location": "Boston"}),
         ("getWeather", {"location": "San Francisco"}),
     ]
-    assert [(c["item_id"], c["call_id"]) for c in naive_calls(events)] == [
+    assert [(c["item_id"], c["call_id"]) for c in assembled_calls(events)] == [
         ("0", f"{rid}:0"),
         ("1", f"{rid}:1"),
     ]
@@ -363,6 +363,13 @@ def test_inert_response_ignores_its_later_chunks_and_keeps_finished_calls() -> N
     assert "chunk ignored: its response already finished" in adapter.anomalies
 
 
+def test_calls_earlier_in_the_same_chunk_survive_an_inert_ending() -> None:
+    bad = fc(name="g", partialArgs=[item("$.a", "1"), item("$.a", "2")])
+    events, _ = run([chunk(fc(name="f", args={"k": True}), bad)])
+    assert calls(events) == [("f", {"k": True})]
+    assert response_endings(events)[0][1] == "error"
+
+
 def test_value_less_items_are_skipped_and_may_close_a_string() -> None:
     stream = [
         chunk(start("f")),
@@ -416,7 +423,7 @@ def test_parallel_whole_calls_in_one_chunk() -> None:
         fc(name="get_time", args={}),
     ]
     events, _ = run([chunk(*parts), chunk(finish="STOP")])
-    got = naive_calls(events)
+    got = assembled_calls(events)
     assert [(c["tool"], c["arguments"], c["item_id"]) for c in got] == [
         ("get_weather", {"city": "Paris"}, "0"),
         ("get_weather", {"city": "Rome"}, "1"),
@@ -433,7 +440,7 @@ def test_provider_call_ids_are_used() -> None:
         chunk(fc(name="g", id="call-b", args={"y": 2}), finish="STOP"),
     ]
     events, adapter = run(stream)
-    assert [(c["call_id"], c["arguments"]) for c in naive_calls(events)] == [
+    assert [(c["call_id"], c["arguments"]) for c in assembled_calls(events)] == [
         ("call-a", {"x": "1"}),
         ("call-b", {"y": 2}),
     ]
@@ -474,7 +481,7 @@ def test_late_call_id_keeps_the_positional_id() -> None:
         chunk(finish="STOP"),
     ]
     events, adapter = run(stream)
-    assert [c["call_id"] for c in naive_calls(events)] == ["r1:0"]
+    assert [c["call_id"] for c in assembled_calls(events)] == ["r1:0"]
     assert any("positional id is kept" in a for a in adapter.anomalies)
 
 
@@ -513,7 +520,7 @@ def test_response_ids_without_response_id_are_deterministic_and_distinct() -> No
     assert ids[0] != ids[1]
     again, _ = run(one + copy.deepcopy(one))
     assert ids == [e.response_id for e in again if isinstance(e, ResponseEnded)]
-    assert [c["call_id"] for c in naive_calls(events)] == [f"{ids[0]}:0", f"{ids[1]}:0"]
+    assert [c["call_id"] for c in assembled_calls(events)] == [f"{ids[0]}:0", f"{ids[1]}:0"]
 
 
 def test_a_new_response_id_supersedes_an_unfinished_response() -> None:
@@ -756,7 +763,7 @@ def test_fuzzed_chunks_raise_only_adapter_errors(stream: list[dict[str, Any]]) -
 SCALARS = (
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)  # I-JSON safe range
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12)
 )

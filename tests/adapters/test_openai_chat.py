@@ -15,10 +15,10 @@ from processor.core.events import CallDelta, CallEnded, CallStarted
 from tests.adapters.harness import (
     CTX,
     DATA,
+    assembled_calls,
     dumped,
     ended_call_ids,
     load_events,
-    naive_calls,
     response_endings,
     run_adapter,
 )
@@ -81,7 +81,7 @@ def recording(name: str) -> list[dict[str, Any]]:
 def test_openai_single_tool() -> None:
     _, out = run(recording("single-tool-gpt4o.sse"))
     rid = "chatcmpl-ABfw8AOXnoa2kzy11vVTSjuQhHCQr"
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("GetWeatherArgs", "call_c91SqDXlYFuETYv8mUHzz6pp", "0:0",
              {"city": "Edinburgh", "country": "UK", "units": "c"}, rid)
     ]  # fmt: skip
@@ -92,7 +92,7 @@ def test_openai_single_tool() -> None:
 def test_openai_parallel_two_tools() -> None:
     _, out = run(recording("parallel-two-tools-gpt4o.sse"))
     rid = "chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63"
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("GetWeatherArgs", "call_JMW1whyEaYG438VE1OIflxA2", "0:0",
              {"city": "Edinburgh", "country": "GB", "units": "c"}, rid),
         call("get_stock_price", "call_DNYTawLBoN8fj3KN6qU9N1Ou", "0:1",
@@ -103,7 +103,7 @@ def test_openai_parallel_two_tools() -> None:
 
 def test_gateway_index_starting_at_one() -> None:
     adapter, out = run(recording("anthropic-gateway-index-starts-at-1.sse"))
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("read_file", "toolu_sanitized", "0:1", {"path": "a.txt"}, "msg_sanitized")
     ]
     assert response_endings(out) == [("msg_sanitized", "completed", "completed")]
@@ -114,7 +114,7 @@ def test_gateway_index_starting_at_one() -> None:
 def test_glm_empty_name_on_continuation_is_not_a_rename() -> None:
     adapter, out = run(recording("glm-empty-name-continuation.jsonl"))
     rid = "735e434874a24f68a2390b3cab149242"
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("webSearchTool", "chatcmpl-tool-9f149c74c42f265b", "0:0",
              {"query": "current Berlin weather"}, rid)
     ]  # fmt: skip
@@ -125,7 +125,7 @@ def test_glm_empty_name_on_continuation_is_not_a_rename() -> None:
 def test_mistral_without_index_whole_args_and_finish_in_one_chunk() -> None:
     _, out = run(recording("mistral-no-index-whole-args.jsonl"))
     rid = "b3999b8c93e04e11bcbff7bcab829667"
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("weather", "gSIMJiOkT", "0:_", {"location": "San Francisco"}, rid)
     ]
     assert response_endings(out) == [(rid, "completed", "completed")]
@@ -134,7 +134,7 @@ def test_mistral_without_index_whole_args_and_finish_in_one_chunk() -> None:
 def test_groq_retry_whole_args_in_one_chunk() -> None:
     _, out = run(recording("retry-whole-args-one-chunk.sse"))
     rid = "chatcmpl-e35442a8-12c0-4fb4-8be4-0e51727ce7b7"
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("get_something_by_name", "fc_bfb39741-3748-4def-9886-a93fc9c64a90", "0:0",
              {"name": "example"}, rid)
     ]  # fmt: skip
@@ -146,7 +146,7 @@ def test_groq_midstream_error_with_http_200_is_inert() -> None:
     assert events[-1]["type"] == "error"
     _, out = run(events)
     rid = "chatcmpl-4f39f3af-3267-4ac1-a0cf-6aa7451877dc"
-    assert naive_calls(out) == []
+    assert assembled_calls(out) == []
     assert ended_call_ids(out) == []
     assert response_endings(out) == [(rid, "error", "tool_use_failed")]
     assert len(out) == 1
@@ -173,7 +173,7 @@ def test_interleaved_parallel_calls() -> None:
         chunk(tc(1, args='"UTC"}'), tc(0, args='"Paris"}')),
         chunk(finish="tool_calls"),
     ])  # fmt: skip
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("get_weather", "call_a", "0:0", {"city": "Paris"}),
         call("get_time", "call_b", "0:1", {"tz": "UTC"}),
     ]
@@ -187,7 +187,7 @@ def test_reused_index_with_a_new_id_starts_a_new_call() -> None:
         chunk(tc(0, args="2}")),
         chunk(finish="tool_calls"),
     ])  # fmt: skip
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("first", "call_a", "0:0", {"n": 1}),
         call("second", "call_b", "0:0#1", {"n": 2}),
     ]
@@ -208,7 +208,7 @@ def test_id_resent_on_every_chunk_is_one_call() -> None:
         chunk(tc(0, id="call_a", name="lookup", args='"x"}')),
         chunk(finish="tool_calls"),
     ])  # fmt: skip
-    assert naive_calls(out) == [call("lookup", "call_a", "0:0", {"q": "x"})]
+    assert assembled_calls(out) == [call("lookup", "call_a", "0:0", {"q": "x"})]
     assert adapter.anomalies == []
 
 
@@ -221,13 +221,13 @@ def test_id_missing_on_first_chunk_uses_the_first_id_seen_later() -> None:
     started = [e for e in out if isinstance(e, CallStarted)]
     assert len(started) == 1 and started[0].call_id == "call_late"
     assert out.index(started[0]) == 0
-    assert naive_calls(out) == [call("lookup", "call_late", "0:0", {"q": "x"})]
+    assert assembled_calls(out) == [call("lookup", "call_late", "0:0", {"q": "x"})]
 
 
 def test_id_never_given_is_synthesised_deterministically() -> None:
     events = [chunk(tc(0, name="lookup", args='{"q":1}')), chunk(finish="tool_calls")]
     _, out = run(events)
-    assert naive_calls(out) == [call("lookup", "synthetic:0:0", "0:0", {"q": 1})]
+    assert assembled_calls(out) == [call("lookup", "synthetic:0:0", "0:0", {"q": 1})]
     assert dumped(run(events)[1]) == dumped(out)
 
 
@@ -246,12 +246,12 @@ def test_conflicting_name_withholds_the_call() -> None:
 def test_no_argument_call_gets_braces() -> None:
     _, out = run([chunk(tc(0, id="call_a", name="ping", args="")), chunk(finish="tool_calls")])
     assert [e.delta for e in out if isinstance(e, CallDelta)] == ["{}"]
-    assert naive_calls(out) == [call("ping", "call_a", "0:0", {})]
+    assert assembled_calls(out) == [call("ping", "call_a", "0:0", {})]
 
 
 def test_forced_tool_finishes_with_stop() -> None:
     _, out = run([chunk(tc(0, id="call_a", name="lookup", args='{"q":1}')), chunk(finish="stop")])
-    assert naive_calls(out) == [call("lookup", "call_a", "0:0", {"q": 1})]
+    assert assembled_calls(out) == [call("lookup", "call_a", "0:0", {"q": 1})]
 
 
 @pytest.mark.parametrize(
@@ -290,7 +290,7 @@ def test_several_choices_keep_their_calls_apart() -> None:
         chunk(finish="tool_calls", choice=0),
         chunk(finish="length", choice=1),
     ])  # fmt: skip
-    assert naive_calls(out) == [call("lookup", "call_x", "0:0", {"c": 0})]
+    assert assembled_calls(out) == [call("lookup", "call_x", "0:0", {"c": 0})]
     assert response_endings(out) == [("chatcmpl-1", "incomplete", "finish_reason=length")]
     assert out[-1].type == "response.ended"
 
@@ -311,7 +311,7 @@ def test_chunk_id_change_mid_stream_stays_one_response() -> None:
         chunk(tc(0, args="1}"), cid="chatcmpl-2"),
         chunk(finish="tool_calls", cid="chatcmpl-2"),
     ])  # fmt: skip
-    assert naive_calls(out) == [call("lookup", "call_a", "0:0", {"q": 1})]
+    assert assembled_calls(out) == [call("lookup", "call_a", "0:0", {"q": 1})]
     assert "chunk id changed within a response" in adapter.anomalies
 
 
@@ -323,7 +323,7 @@ def test_new_chunk_id_after_the_response_ended_starts_a_new_response() -> None:
         chunk(tc(0, id="call_a", name="lookup", args='{"q":2}'), cid="r2"),
         chunk(finish="tool_calls", cid="r2"),
     ])  # fmt: skip
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         call("lookup", "call_a", "0:0", {}, "r1"),
         call("lookup", "call_a", "0:0", {"q": 2}, "r2"),
     ]
@@ -344,7 +344,7 @@ def test_duplicated_chunk_is_not_detectable_and_the_call_fails_to_parse() -> Non
     _, out = run([first, first, chunk(finish="tool_calls")])
     assert [e.seq for e in out if isinstance(e, CallDelta)] == [1, 2]
     assert sum(isinstance(e, CallStarted) for e in out) == 1
-    assert naive_calls(out) == []
+    assert assembled_calls(out) == []
 
 
 def test_replay_into_a_fresh_adapter_gives_the_same_ids() -> None:

@@ -13,10 +13,10 @@ from processor.core.events import CallDelta, CallEnded, CallStarted, ResponseEnd
 from tests.adapters.harness import (
     CTX,
     DATA,
+    assembled_calls,
     dumped,
     ended_call_ids,
     load_events,
-    naive_calls,
     response_endings,
     run_adapter,
 )
@@ -102,7 +102,7 @@ def one_call(*middle: dict[str, Any], end: bool = True) -> list[dict[str, Any]]:
 def test_azure_single_call() -> None:
     _, events = run(load_events(FIXTURES / "azure-single-call.jsonl"))
     rid = "resp_04041325ab8ae30400698c519fb7fc81979972618138fc336d"
-    assert naive_calls(events) == [
+    assert assembled_calls(events) == [
         {
             "tool": "weather",
             "call_id": "call_H5DxLSFnsGhiROnUiDHmgyc8",
@@ -122,7 +122,7 @@ def test_azure_single_call() -> None:
 def test_bedrock_mantle_turn1_positional_call_id_and_braces_in_one_delta() -> None:
     _, events = run(load_events(FIXTURES / "bedrock-mantle-call-ids-turn1.sse"))
     rid = "resp_yqqp3b5eoaaatwfitarja6yi42umok5glfymrqxbh4wwznmisz2q"
-    assert naive_calls(events) == [
+    assert assembled_calls(events) == [
         {
             "tool": "first_tool",
             "call_id": "call_0",
@@ -138,7 +138,7 @@ def test_bedrock_mantle_turn1_positional_call_id_and_braces_in_one_delta() -> No
 def test_bedrock_mantle_turn2_reasoning_then_call() -> None:
     _, events = run(load_events(FIXTURES / "bedrock-mantle-call-ids-turn2.sse"))
     rid = "resp_3irkem3mb4qjb6cw3bfrozqwtev62iuhg5ygpmhx2j775j2hft5q"
-    assert naive_calls(events) == [
+    assert assembled_calls(events) == [
         {
             "tool": "second_tool",
             "call_id": "call_1",
@@ -164,7 +164,7 @@ def _is_end(event: Any) -> bool:
 def test_error_then_response_failed_is_one_inert_ending() -> None:
     _, events = run(load_events(FIXTURES / "error-then-response-failed.jsonl"))
     rid = "resp_05500b38c2cd9bfc00691c7c9d222481a3b595421266dab424"
-    assert naive_calls(events) == []
+    assert assembled_calls(events) == []
     assert ended_call_ids(events) == []
     assert response_endings(events) == [(rid, "error", "insufficient_quota")]
     assert len(events) == 1
@@ -183,7 +183,7 @@ def test_reasoning_then_call_four_concatenated_turns() -> None:
          "fc_01830d662ab3856501693c32173d5081908f2121e1c3ff2901",
          "call_Zl5vIMnD7dVAjgU6FkhmiCZh", {"a": 57, "b": 10, "op": "multiply"}),
     ]  # fmt: skip
-    assert naive_calls(events) == [
+    assert assembled_calls(events) == [
         {"tool": "calculator", "call_id": c, "response_id": r, "item_id": i, "arguments": a}
         for r, i, c, a in expected
     ]
@@ -225,7 +225,7 @@ def test_interleaved_parallel_calls() -> None:
         completed(),
     )
     _, out = run(events)
-    assert naive_calls(out) == [
+    assert assembled_calls(out) == [
         {"tool": "get_time", "call_id": "call_b", "response_id": "resp_1", "item_id": "fc_b",
          "arguments": {"tz": "UTC"}},
         {"tool": "get_weather", "call_id": "call_a", "response_id": "resp_1", "item_id": "fc_a",
@@ -238,7 +238,7 @@ def test_interleaved_parallel_calls() -> None:
 def test_delta_found_by_output_index_when_item_id_is_missing() -> None:
     no_item = {k: v for k, v in delta("fc_1", 0, '{"q":1}').items() if k != "item_id"}
     _, out = run(one_call(no_item, args_done("fc_1", 0, '{"q":1}')))
-    assert [c["arguments"] for c in naive_calls(out)] == [{"q": 1}]
+    assert [c["arguments"] for c in assembled_calls(out)] == [{"q": 1}]
 
 
 def test_no_argument_call_gets_braces() -> None:
@@ -247,13 +247,13 @@ def test_no_argument_call_gets_braces() -> None:
     assert [d.delta for d in deltas] == ["{}"]
     ended = [e for e in out if isinstance(e, CallEnded)]
     assert ended[0].seq == 2 and ended[0].arguments is None
-    assert [c["arguments"] for c in naive_calls(out)] == [{}]
+    assert [c["arguments"] for c in assembled_calls(out)] == [{}]
 
 
 def test_arguments_only_in_done_become_the_one_delta() -> None:
     _, out = run(one_call(args_done("fc_1", 0, '{"q":"x"}')))
     assert [e.delta for e in out if isinstance(e, CallDelta)] == ['{"q":"x"}']
-    assert [c["arguments"] for c in naive_calls(out)] == [{"q": "x"}]
+    assert [c["arguments"] for c in assembled_calls(out)] == [{"q": "x"}]
 
 
 def test_output_item_done_ends_a_call_without_arguments_done() -> None:
@@ -262,7 +262,7 @@ def test_output_item_done_ends_a_call_without_arguments_done() -> None:
     )
     ended = [e for e in out if isinstance(e, CallEnded)]
     assert len(ended) == 1 and ended[0].arguments == '{"q":2}'
-    assert [c["arguments"] for c in naive_calls(out)] == [{"q": 2}]
+    assert [c["arguments"] for c in assembled_calls(out)] == [{"q": 2}]
 
 
 def test_arguments_done_then_item_done_end_the_call_once() -> None:
@@ -298,7 +298,7 @@ def test_conflicting_name_in_item_done_withholds_the_call() -> None:
         one_call(delta("fc_1", 0, "{}"), item_done("fc_1", "call_1", "rm_rf", 0, "{}"))
     )
     assert ended_call_ids(out) == []
-    assert naive_calls(out) == []
+    assert assembled_calls(out) == []
     assert response_endings(out) == [("resp_1", "completed", "completed")]
     assert any("conflicting" in a for a in adapter.anomalies)
 
@@ -367,7 +367,7 @@ def test_second_response_created_while_open_is_a_splice() -> None:
         ("resp_1", "error", "spliced response"),
         ("resp_2", "completed", "completed"),
     ]
-    assert [(c["response_id"], c["call_id"]) for c in naive_calls(out)] == [("resp_2", "call_2")]
+    assert [(c["response_id"], c["call_id"]) for c in assembled_calls(out)] == [("resp_2", "call_2")]
 
 
 def test_replayed_delta_keeps_its_event_id() -> None:
@@ -379,7 +379,7 @@ def test_replayed_delta_keeps_its_event_id() -> None:
     deltas = [e for e in out if isinstance(e, CallDelta)]
     assert [(d.seq, d.delta) for d in deltas] == [(1, '{"q":'), (2, "1}"), (1, '{"q":'), (2, "1}")]
     assert deltas[0].event_id == deltas[2].event_id and deltas[1].event_id == deltas[3].event_id
-    assert naive_calls(out)[0]["arguments"] == {"q": 1}
+    assert assembled_calls(out)[0]["arguments"] == {"q": 1}
     assert "replayed sequence_number" in adapter.anomalies
 
 

@@ -197,6 +197,32 @@ def test_explicit_format_and_feed_after_done() -> None:
     assert decoder.close() == []
 
 
+def test_invalid_utf8_in_an_sse_body_is_an_adapter_error() -> None:
+    with pytest.raises(AdapterError):
+        decode(b"data: \xff\n\n")
+    with pytest.raises(AdapterError):
+        decode(b"data: \xc3")  # a character cut at the end of the body
+
+
+def test_bad_payload_after_good_ones_in_one_slice_is_raised_by_the_next_call() -> None:
+    decoder = ProviderEventDecoder()
+    assert decoder.feed('data: {"a": 1}\n\ndata: nope\n\ndata: {"b": 2}\n\n') == [{"a": 1}]
+    assert decoder.done
+    with pytest.raises(AdapterError):
+        decoder.close()
+
+
+def test_bad_tail_found_only_at_close_is_raised_by_check() -> None:
+    decoder = ProviderEventDecoder()
+    assert decoder.feed('{"a": 1}\n{"b": ') == [{"a": 1}]
+    with pytest.raises(AdapterError):
+        decoder.close()
+    held = ProviderEventDecoder()
+    assert held.feed("  ") == []
+    assert held.close() == []
+    held.check()
+
+
 def test_recorded_event_counts() -> None:
     assert len(load_events(DATA / "openai-chat" / "single-tool-gpt4o.sse")) == 17
     assert len(load_events(DATA / "openai-responses" / "bedrock-mantle-call-ids-turn1.sse")) == 7

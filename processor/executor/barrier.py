@@ -1,0 +1,177 @@
+"""The control barrier: read a turn's ``control`` partition up to "now" before a call runs.
+
+ARCHITECTURE.md §7: before running a dispatched call, the executor reads ``control`` up to the
+end offsets observed when the dispatch record arrived, so a cancellation (or quarantine, tool
+disable, tenant stop, denial) committed to ``control`` before execution starts is always seen.
+
+Which partition. Turn-scoped control events are keyed by the turn key ``tenant/turn_id`` and land
+on the partition Kafka's default partitioner picks for it (murmur2 of the key bytes, positive,
+modulo the partition count, as the Java client and aiokafka do); tenant-wide and tool-wide operator
+commands are copied by ``processor ctl`` to every partition. So the control partition of the
+call's turn alone holds every fact that can stop the call: :func:`partition_for` computes it from
+the dispatch's tenant and turn id.
+
+How. :class:`ControlBarrier` owns one ``read_committed`` consumer without a group, assigned to
+every ``control`` partition from the beginning, and one
+:class:`~processor.executor.fence.FenceState`
+per partition. :meth:`ControlBarrier.sync` asks the broker for the partition's end offset (under
+``read_committed`` that is the last stable offset, so an open transaction's records are not waited
+for and aborted ones never applied), then consumes until the consumer's *position* reaches it: the
+last offsets of a partition can be transaction markers, so waiting for "last record = end - 1"
+would never finish. The state and the position are kept between calls, so a sync costs one
+ListOffsets round trip when nothing new arrived.
+
+A barrier that cannot complete in time raises :class:`BarrierTimeout`; the call is then not run
+(and not acknowledged), and the executor tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from processor.core.errors import ConfigurationError, ProcessorError
+from processor.executor.fence import ApplyOutcome, FenceState
+from processor.executor.topics import partition_counts
+from processor.settings import Settings
+
+__all__ = ["BarrierTimeout", "ControlBarrier", "murmur2", "partition_for"]
+
+_SEED: Final = 0x9747B28C
+_M: Final = 0x5BD1E995
+_MASK32: Final = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) as a signed 32-bit int."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK32
+    for i in range(0, length - length % 4, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * _M) & _MASK32
+        k ^= k >> 24
+        k = (k * _M) & _MASK32
+        h = (h * _M) & _MASK32
+        h ^= k
+    rest = length % 4
+    tail = length - rest
+    if rest >= 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * _M) & _MASK32
+    h ^= h >> 13
+    h = (h * _M) & _MASK32
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a keyed record (``toPositive`` + modulo)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class BarrierTimeout(ProcessorError):
+    reason = "barrier_timeout"
+
+
+class ControlBarrier:
+    """Reads ``control`` for the fence: one read_committed consumer, a state per partition."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        new_state: Callable[[], FenceState],
+        *,
+        consumer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.topic = settings.topics.control
+        self._new_state = new_state
+        self._extra = consumer_kwargs or {}
+        self._consumer: AIOKafkaConsumer | None = None
+        self._states: dict[int, FenceState] = {}
+        self._partitions = 0
+        self._lock = asyncio.Lock()
+        self.applied: dict[ApplyOutcome, int] = dict.fromkeys(ApplyOutcome, 0)
+
+    @property
+    def partitions(self) -> int:
+        return self._partitions
+
+    async def start(self) -> None:
+        consumer = AIOKafkaConsumer(
+            **self.settings.kafka_client_kwargs(),
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            **self._extra,
+        )
+        await consumer.start()
+        try:
+            partitions = (await partition_counts(self.settings, [self.topic])).get(self.topic, 0)
+            if not partitions:
+                raise ConfigurationError("missing_topic", f"topic {self.topic!r} does not exist")
+            consumer.assign([TopicPartition(self.topic, p) for p in range(partitions)])
+            await consumer.seek_to_beginning()
+        except BaseException:
+            await consumer.stop()
+            raise
+        self._consumer = consumer
+        self._partitions = partitions
+        self._states = {p: self._new_state() for p in range(partitions)}
+
+    async def stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()
+
+    def partition_for_turn(self, tenant: str, turn_id: str) -> int:
+        """The control partition of a turn (the one its turn-scoped events are keyed to)."""
+        if not self._partitions:
+            raise RuntimeError("ControlBarrier.start() was not awaited")
+        return partition_for(f"{tenant}/{turn_id}".encode(), self._partitions)
+
+    def state(self, partition: int) -> FenceState:
+        return self._states[partition]
+
+    def states(self) -> dict[int, FenceState]:
+        return dict(self._states)
+
+    async def sync(self, partition: int, timeout: float) -> FenceState:
+        """Apply ``control[partition]`` up to its current end offset; return its fence state."""
+        consumer = self._consumer
+        if consumer is None:
+            raise RuntimeError("ControlBarrier.start() was not awaited")
+        tp = TopicPartition(self.topic, partition)
+        state = self._states[partition]
+        deadline = time.monotonic() + timeout
+        async with self._lock:
+            ends = await consumer.end_offsets([tp])
+            end = ends[tp]
+            while await consumer.position(tp) < end:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    position = await consumer.position(tp)
+                    raise BarrierTimeout(
+                        detail=f"{self.topic}[{partition}] at {position}, end {end}"
+                    )
+                batches = await consumer.getmany(
+                    tp, timeout_ms=int(min(remaining, 0.5) * 1000), max_records=1000
+                )
+                for record in batches.get(tp, ()):
+                    if record.value is None:
+                        continue
+                    outcome = state.apply_record(record.value, record.timestamp / 1000.0)
+                    self.applied[outcome] += 1
+        return state
+
+    def forget(self, horizon: float) -> int:
+        return sum(state.forget(horizon) for state in self._states.values())

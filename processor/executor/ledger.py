@@ -1,0 +1,106 @@
+"""At most one execution per ``dispatch_id`` per executor group, kept durably in Kafka.
+
+The choice: **claim before run**. For each dispatch record the executor, in ONE Kafka transaction
+of the dispatch partition's transactional producer, writes a ``claimed``
+:class:`~processor.executor.records.ExecutionEntry` to the compacted ``executions`` topic and
+commits the group's offset past the record; only after that transaction commits does it run the
+handler. After the handler it writes the terminal entry (``succeeded`` / ``failed``) and the
+:class:`~processor.executor.records.ExecutionResult` in a second transaction. A refusal by the
+fence is one transaction: ``refused`` entry, result, status and offset.
+
+Why at-most-once and not at-least-once: the handler performs an external side effect (a booking,
+a payment) that Kafka cannot roll back, so the only safe answer to "the executor crashed while
+the handler ran" is to not run it again. After a crash between the claim and the terminal entry,
+whichever executor next owns the partition finds a ``claimed`` entry without an end, does not run
+the call, and reports ``unknown`` (the side effect may or may not have happened; the handler got
+``dispatch_id`` as an idempotency key so the external system can tell). A crash *before* the
+claim commits leaves neither the claim nor the offset, so the record is delivered again and runs
+once.
+
+Why the ledger and not only the offsets: offsets are per group and can move backwards (expired
+group offsets with ``auto.offset.reset``, a manual reset, a stale ``OffsetFetch`` right after a
+transaction commit, a duplicate dispatch record). The ledger answers "did this group ever take
+this ``dispatch_id``?" whatever the offsets say.
+
+Why this is safe across rebalances and zombies: ledger partition p belongs to dispatch partition
+p, and both are written only by the producer with transactional id ``<group>.executor.<p>``. A new
+owner's ``InitProducerId`` fences the previous owner and completes or aborts its open transaction
+*before* the new owner reads the ledger partition, so a claim the old owner committed is always
+visible (read_committed, to the last stable offset), and a claim it had not committed never
+happened (and neither did its handler: the handler only starts after the commit). A fenced
+zombie that is still inside a handler cannot record its end; the new owner reports ``unknown``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import ValidationError
+
+from processor.executor.barrier import BarrierTimeout
+from processor.executor.records import ExecutionEntry
+from processor.settings import Settings
+
+__all__ = ["restore_ledger_partition"]
+
+log = logging.getLogger(__name__)
+
+
+async def restore_ledger_partition(
+    settings: Settings,
+    topic: str,
+    partition: int,
+    group: str,
+    *,
+    timeout: float,
+    consumer_kwargs: dict[str, Any] | None = None,
+) -> dict[str, ExecutionEntry]:
+    """Read ledger partition ``partition`` to its end; the latest entry per ``dispatch_id`` of
+    ``group`` (other groups' entries share the topic and are skipped).
+
+    Reads read_committed until the consumer's position reaches the end offset (the last stable
+    offset), never "until the last record", because the partition may end with transaction
+    markers. An empty partition is normal.
+    """
+    consumer = AIOKafkaConsumer(
+        **settings.kafka_client_kwargs(),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        **(consumer_kwargs or {}),
+    )
+    tp = TopicPartition(topic, partition)
+    entries: dict[str, ExecutionEntry] = {}
+    deadline = time.monotonic() + timeout
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        while await consumer.position(tp) < end:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BarrierTimeout(detail=f"restoring {topic}[{partition}] timed out")
+            batches = await consumer.getmany(tp, timeout_ms=int(min(remaining, 0.5) * 1000))
+            for record in batches.get(tp, ()):
+                if record.value is None:
+                    continue
+                try:
+                    entry = ExecutionEntry.model_validate_json(record.value)
+                except ValidationError:
+                    log.warning(
+                        "ledger %s[%d]@%d: not an execution entry, skipped",
+                        topic,
+                        partition,
+                        record.offset,
+                    )
+                    continue
+                if entry.group == group:
+                    entries[entry.dispatch_id] = entry
+    finally:
+        await consumer.stop()
+    return entries

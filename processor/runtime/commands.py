@@ -1,0 +1,268 @@
+"""Commands of the Kafka runtime: ``worker``, ``topics create|describe``, ``tail``.
+
+``register(subparsers)`` adds them to the ``processor`` command (see :mod:`processor.cli`);
+``python -m processor.runtime ...`` runs them on their own. Settings come from the environment
+(``PROCESSOR_*``, see :mod:`processor.settings`) and the flags below, flags winning. Secrets
+(SASL password, TLS key password) are read from the environment only, never from flags.
+
+Exit codes: 0 success, 1 runtime failure, 2 configuration problem (bad settings, missing tools
+file, topics missing or not co-partitioned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+from aiokafka.admin import AIOKafkaAdminClient
+from pydantic import ValidationError
+
+from processor.core.authn import AllowUnsigned, CommandVerifier
+from processor.core.errors import ProcessorError
+from processor.observability.logging import configure_logging, fields
+from processor.runtime.tail import TAIL_ROLES, run_tail
+from processor.runtime.topics import (
+    TopicLayoutError,
+    check_copartitioning,
+    create_topics,
+    describe_topics,
+    format_states,
+)
+from processor.settings import Settings
+
+log = logging.getLogger("processor.runtime")
+
+# flag dest → settings field
+_COMMON_FLAGS: Final = {
+    "bootstrap_servers": "bootstrap_servers",
+    "topic_prefix": "topic_prefix",
+    "security_protocol": "security_protocol",
+    "sasl_mechanism": "sasl_mechanism",
+    "sasl_username": "sasl_username",
+    "ssl_cafile": "ssl_cafile",
+    "ssl_certfile": "ssl_certfile",
+    "ssl_keyfile": "ssl_keyfile",
+    "log_level": "log_level",
+}
+_WORKER_FLAGS: Final = {
+    "group_id": "group_id",
+    "application_id": "application_id",
+    "tools": "tools_file",
+    "keyring": "keyring_file",
+    "metrics_port": "metrics_port",
+    "metrics_host": "metrics_host",
+    "batch_size": "batch_max_records",
+    "poll_timeout_ms": "poll_timeout_ms",
+}
+
+ALLOW_UNSIGNED_WARNING: Final = (
+    "NO KEYRING CONFIGURED (PROCESSOR_KEYRING_FILE / --keyring): operator commands are applied "
+    "WITHOUT SIGNATURE CHECKS. Anyone who can write to the control topic can quarantine, "
+    "disable tools and stop or resume tenants. Never run a deployed worker like this."
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = subparsers.add_parser("worker", help="run one member of the assembler group")
+    _common_flags(worker)
+    worker.add_argument("--group-id", help="consumer group (default toolcall-assemblers)")
+    worker.add_argument("--application-id", help="transactional id prefix")
+    worker.add_argument("--tools", help="tool registry file (YAML or JSON)")
+    worker.add_argument("--keyring", help="operator public keys (YAML or JSON)")
+    worker.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
+    worker.add_argument("--metrics-host", help="address of the metrics endpoint")
+    worker.add_argument("--batch-size", type=int, help="max records per poll")
+    worker.add_argument("--poll-timeout-ms", type=int, help="max wait of one poll")
+    worker.set_defaults(func=_worker_command)
+
+    topics = subparsers.add_parser("topics", help="create or describe the processor's topics")
+    topics_sub = topics.add_subparsers(dest="topics_command", required=True)
+    create = topics_sub.add_parser("create", help="create the missing topics")
+    _common_flags(create)
+    create.add_argument("--partitions", type=int, help="partition count of new topics")
+    create.add_argument("--replication-factor", type=int, help="replication of new topics")
+    create.set_defaults(func=_topics_create_command)
+    describe = topics_sub.add_parser("describe", help="show partitions, replication, policies")
+    _common_flags(describe)
+    describe.set_defaults(func=_topics_describe_command)
+
+    tail = subparsers.add_parser("tail", help="print committed records of an output topic")
+    _common_flags(tail)
+    tail.add_argument("role", choices=TAIL_ROLES, help="which output topic")
+    tail.add_argument("--json", action="store_true", help="one JSON object per record")
+    tail.add_argument("--follow", "-f", action="store_true", help="keep reading new records")
+    tail.add_argument("--from-end", action="store_true", help="skip the existing records")
+    tail.add_argument("--max", type=int, dest="max_records", help="stop after N records")
+    tail.set_defaults(func=_tail_command)
+
+
+def _common_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
+    parser.add_argument("--topic-prefix", help="topic name prefix (default toolcalls.)")
+    parser.add_argument(
+        "--security-protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+    )
+    parser.add_argument(
+        "--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+    )
+    parser.add_argument("--sasl-username", help="SASL user (password: PROCESSOR_SASL_PASSWORD)")
+    parser.add_argument("--ssl-cafile")
+    parser.add_argument("--ssl-certfile")
+    parser.add_argument("--ssl-keyfile", help="key password: PROCESSOR_SSL_KEY_PASSWORD")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+
+
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
+    """Settings from the environment, overridden by every flag that was given."""
+    overrides: dict[str, Any] = {}
+    for dest, name in {**_COMMON_FLAGS, **_WORKER_FLAGS}.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            overrides[name] = value
+    overrides.update({k: v for k, v in extra.items() if v is not None})
+    return Settings(**overrides)
+
+
+def _load(args: argparse.Namespace, **extra: Any) -> Settings | None:
+    try:
+        return settings_from_args(args, **extra)
+    except ValidationError as exc:
+        print(f"processor: invalid settings:\n{exc}", file=sys.stderr)
+        return None
+
+
+# ---------------------------------------------------------------------- worker
+
+
+def _worker_command(args: argparse.Namespace) -> int:
+    settings = _load(args)
+    if settings is None:
+        return 2
+    configure_logging(settings.log_level)
+    log.info("settings", extra=fields(settings=settings.masked_dict()))
+    if settings.tools_file is None:
+        print("processor worker: a tools file is required (--tools)", file=sys.stderr)
+        return 2
+    from processor.runtime.worker import run_worker  # noqa: PLC0415  (heavy imports)
+    from processor.toolsfile import load_registry  # noqa: PLC0415
+
+    try:
+        registry = load_registry(settings.tools_file)
+        verifier = _verifier(settings)
+    except ProcessorError as exc:
+        print(f"processor worker: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run_worker(settings, registry, verifier))
+    except TopicLayoutError as exc:
+        print(f"processor worker: {exc}", file=sys.stderr)
+        return 2
+
+
+def _verifier(settings: Settings) -> CommandVerifier:
+    if settings.keyring_file is None:
+        log.warning(ALLOW_UNSIGNED_WARNING)
+        print(f"WARNING: {ALLOW_UNSIGNED_WARNING}", file=sys.stderr)
+        return AllowUnsigned()
+    from processor.ops.signing import Keyring  # noqa: PLC0415
+
+    return Keyring.load(settings.keyring_file)
+
+
+# ---------------------------------------------------------------------- topics
+
+
+def _topics_create_command(args: argparse.Namespace) -> int:
+    settings = _load(args)
+    if settings is None:
+        return 2
+
+    async def run() -> int:
+        admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
+        await admin.start()
+        try:
+            result = await create_topics(
+                settings,
+                admin,
+                partitions=args.partitions,
+                replication_factor=args.replication_factor,
+            )
+        finally:
+            await admin.close()
+        for name, outcome in result.items():
+            print(f"{outcome:<8} {name}")
+        return 0
+
+    try:
+        return asyncio.run(run())
+    except TopicLayoutError as exc:
+        print(f"processor topics create: {exc}", file=sys.stderr)
+        return 2
+
+
+def _topics_describe_command(args: argparse.Namespace) -> int:
+    settings = _load(args)
+    if settings is None:
+        return 2
+
+    async def run() -> int:
+        admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
+        await admin.start()
+        try:
+            states = await describe_topics(settings, admin)
+        finally:
+            await admin.close()
+        for line in format_states(states):
+            print(line)
+        try:
+            check_copartitioning(states)
+        except TopicLayoutError as exc:
+            print(f"problem: {exc}", file=sys.stderr)
+            return 2
+        missing = [s.name for s in states.values() if not s.exists]
+        if missing:
+            print(f"problem: missing topics: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        return 0
+
+    return asyncio.run(run())
+
+
+# ---------------------------------------------------------------------- tail
+
+
+def _tail_command(args: argparse.Namespace) -> int:
+    settings = _load(args)
+    if settings is None:
+        return 2
+    try:
+        return run_tail(
+            settings,
+            args.role,
+            sys.stdout,
+            as_json=args.json,
+            from_beginning=not args.from_end,
+            follow=args.follow,
+            max_records=args.max_records,
+        )
+    except LookupError as exc:
+        print(f"processor tail: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+# ---------------------------------------------------------------------- standalone
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="processor", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    register(subparsers)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code

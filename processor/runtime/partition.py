@@ -1,0 +1,270 @@
+"""One input partition p: its Assembler, its transactional producer, and what it has processed.
+
+A :class:`PartitionTask` owns partition p of ``fragments`` and of ``control`` (co-partitioned)
+and partition p of the state changelog. Its life:
+
+``prepare`` (on assignment, and again after any failed transaction)
+    1. close the previous producer of this task, if any;
+    2. start a transactional producer with ``transactional.id = f"{application_id}-{p}"``: its
+       InitProducerId fences every older producer of that id (a previous owner, a zombie, or
+       our own producer that timed out) and aborts its open transaction;
+    3. restore a fresh Assembler from changelog partition p (:mod:`processor.runtime.restore`);
+    4. read the group's committed offsets for both input partitions (after the fence, so they
+       are final) and seek the consumer there; ``expected`` holds these next offsets.
+
+``build`` (synchronous, no IO)
+    Merges the batch's control and fragment records by timestamp (each topic stays in offset
+    order; ties go to control, so a cancellation stamped with the same millisecond as a terminal
+    event is applied first), feeds them to the Assembler and collects a :class:`Step`: the
+    commit plan (outputs, changelog records for partition p, next offsets) and the facts the
+    metrics need. Records below ``expected`` were already processed and are skipped. A record
+    whose type does not belong to its topic (a control event on ``fragments`` or the reverse) is
+    a dead letter: adapters may write fragments, only the gateway and operators write control.
+
+``commit``
+    Runs the numbered transaction (:mod:`processor.runtime.transaction`) and, on success,
+    advances ``expected``. On failure the caller resets the task (``prepare`` again), which
+    discards the in-memory state the failed batch produced.
+
+Ordering across the two topics is by record timestamp within one fetched batch only; records
+fetched in different batches are applied in fetch order. The Assembler tolerates a call's
+terminal event before its turn's ``turn.started`` (it parks the candidate until the turn is
+bound), and executors re-check cancellations at execution time (ARCHITECTURE.md §7).
+
+``traceparent``: each output takes the header of the input record that caused it; outputs of
+``tick`` (idle expiry) and outputs caused by a record without the header use the last traceparent
+seen on a fragment of the same turn (a bounded, in-memory map: lost on restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import heapq
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from processor.core.assembler import Assembler, RecordSource
+from processor.core.events import (
+    CONTROL_TYPES,
+    FRAGMENT_TYPES,
+    Audit,
+    DeadLetter,
+    Dispatch,
+    Ledger,
+    OutputRecord,
+    turn_key,
+)
+from processor.observability.logging import fields
+from processor.runtime import transaction
+from processor.runtime.codec import encode_change, encode_output, output_role, traceparent_of
+from processor.runtime.restore import RestoreResult, restore_partition
+from processor.runtime.transaction import CommitPlan
+from processor.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_MAX_TRACES: Final = 10_000
+_ALLOWED: Final = {"fragments": FRAGMENT_TYPES, "control": CONTROL_TYPES}
+
+
+class TaskState(enum.Enum):
+    PREPARING = "preparing"
+    READY = "ready"
+    CLOSED = "closed"
+
+
+@dataclass
+class Step:
+    """One batch of one partition: what to commit and what to count once it is committed."""
+
+    plan: CommitPlan = field(default_factory=CommitPlan)
+    consumed: dict[str, int] = field(default_factory=dict)  # topic role → records
+    skipped: dict[str, int] = field(default_factory=dict)
+    outputs: dict[str, int] = field(default_factory=dict)  # output role → records
+    terminal: list[tuple[str, str]] = field(default_factory=list)  # (state, reason)
+    deadletters: list[str] = field(default_factory=list)  # reasons
+    dispatch_triggers: list[float] = field(default_factory=list)  # trigger record times (s)
+
+
+class PartitionTask:
+    """Partition p's Assembler, transactional producer and consumed positions."""
+
+    def __init__(
+        self,
+        partition: int,
+        settings: Settings,
+        new_assembler: Callable[[], Assembler],
+    ) -> None:
+        self.partition = partition
+        self.settings = settings
+        self.topics = settings.topics
+        self.fragments_tp = TopicPartition(self.topics.fragments, partition)
+        self.control_tp = TopicPartition(self.topics.control, partition)
+        self.tps = (self.fragments_tp, self.control_tp)
+        self.roles = {self.topics.fragments: "fragments", self.topics.control: "control"}
+        self._new_assembler = new_assembler
+        self.assembler: Assembler = new_assembler()
+        self.producer: AIOKafkaProducer | None = None
+        self.state = TaskState.PREPARING
+        self.expected: dict[TopicPartition, int] = {}
+        self.ready_seq = 0  # the manager's sequence number when this task last became ready
+        self.last_tick = 0.0
+        self._traces: OrderedDict[str, str] = OrderedDict()
+
+    @property
+    def transactional_id(self) -> str:
+        return self.settings.transactional_id(self.partition)
+
+    # ------------------------------------------------------------------ prepare / close
+
+    async def prepare(self, consumer: Any) -> RestoreResult:
+        """Fence, restore, seek (see the module docstring). Raises on failure or timeout."""
+        s = self.settings
+        self.state = TaskState.PREPARING
+        await self.close_producer()
+        producer = AIOKafkaProducer(
+            transactional_id=self.transactional_id,
+            transaction_timeout_ms=s.transaction_timeout_ms,
+            max_request_size=s.max_message_bytes,
+            linger_ms=5,
+            **{**s.kafka_client_kwargs(), "client_id": f"{s.client_id}-txn-{self.partition}"},
+        )
+        try:
+            await producer.start()  # InitProducerId: fences older producers of this id
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), 5)
+            raise
+        self.producer = producer
+        assembler = self._new_assembler()
+        result = await restore_partition(
+            assembler,
+            self.topics.changelog,
+            self.partition,
+            s.kafka_client_kwargs(),
+            timeout=s.restore_timeout_seconds,
+        )
+        self.assembler = assembler
+        for tp in self.tps:
+            committed = await consumer.committed(tp)
+            if committed is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, committed)
+            self.expected[tp] = await consumer.position(tp)
+        self._traces.clear()
+        self.last_tick = 0.0
+        return result
+
+    async def close_producer(self) -> None:
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), 10)
+
+    async def close(self) -> None:
+        self.state = TaskState.CLOSED
+        await self.close_producer()
+
+    # ------------------------------------------------------------------ processing
+
+    def build(
+        self, records: Mapping[str, Sequence[ConsumerRecord]], now: float, *, tick: bool
+    ) -> Step:
+        """Feed one batch (topic role → records) and the optional tick to the Assembler."""
+        step = Step()
+        if tick:
+            self.last_tick = now
+            for out in self.assembler.tick(now):
+                self._emit(step, out, None, None)
+        merged: Iterable[ConsumerRecord] = heapq.merge(
+            records.get("control", ()),
+            records.get("fragments", ()),
+            key=lambda r: r.timestamp,
+        )
+        for record in merged:
+            role = self.roles[record.topic]
+            tp = TopicPartition(record.topic, record.partition)
+            if record.offset < self.expected.get(tp, 0):
+                step.skipped[role] = step.skipped.get(role, 0) + 1
+                continue
+            step.plan.offsets[tp] = record.offset + 1
+            step.consumed[role] = step.consumed.get(role, 0) + 1
+            trace = traceparent_of(record.headers)
+            if trace is not None and role == "fragments" and record.key:
+                self._remember(record.key.decode("utf-8", "replace"), trace)
+            for out in self._handle(record, role, now):
+                self._emit(step, out, trace, record.timestamp / 1000.0)
+        for change in self.assembler.drain_changes():
+            step.plan.changelog.append(encode_change(change, self.topics.changelog, self.partition))
+        return step
+
+    def _handle(self, record: ConsumerRecord, role: str, now: float) -> list[OutputRecord]:
+        payload: bytes = record.value or b""
+        source = RecordSource(record.topic, record.partition, record.offset)
+        misplaced = _misplaced(payload, role)
+        if misplaced is not None:
+            return [self.assembler.dead_letter(payload, source, "wrong_topic", misplaced, now)]
+        try:
+            return self.assembler.handle_record(payload, source, now)
+        except Exception as exc:  # a core bug must not stop the partition
+            log.exception(
+                "assembler failed on a record; dead-lettered",
+                extra=fields(partition=self.partition, topic=role, offset=record.offset),
+            )
+            detail = f"internal error {type(exc).__name__}"
+            return [self.assembler.dead_letter(payload, source, "internal_error", detail, now)]
+
+    def _emit(
+        self, step: Step, out: OutputRecord, trace: str | None, trigger_time: float | None
+    ) -> None:
+        if trace is None and not isinstance(out, Audit | DeadLetter):
+            trace = self._traces.get(turn_key(out.tenant, out.turn_id))
+        step.plan.outputs.append(encode_output(out, self.topics, trace))
+        role = output_role(out)
+        step.outputs[role] = step.outputs.get(role, 0) + 1
+        if isinstance(out, Dispatch) and trigger_time is not None:
+            step.dispatch_triggers.append(trigger_time)
+        elif isinstance(out, Ledger):
+            step.terminal.append((out.state, out.terminal_reason or "none"))
+        elif isinstance(out, DeadLetter):
+            step.deadletters.append(out.reason)
+
+    def _remember(self, key: str, trace: str) -> None:
+        self._traces[key] = trace
+        self._traces.move_to_end(key)
+        while len(self._traces) > _MAX_TRACES:
+            self._traces.popitem(last=False)
+
+    async def commit(self, step: Step, *, timeout: float) -> float:
+        """Commit the step's plan in one transaction; advance ``expected`` on success."""
+        if self.producer is None:
+            raise transaction.TransactionFailed("error", "no producer (partition not prepared)")
+        seconds = await transaction.commit(
+            self.producer, step.plan, group_id=self.settings.group_id, timeout=timeout
+        )
+        self.expected.update(step.plan.offsets)
+        return seconds
+
+
+def _misplaced(payload: bytes, role: str) -> str | None:
+    """Why a decodable record does not belong on its topic, or None (undecodable: not our call)."""
+    try:
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    kind = data.get("type") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or kind not in FRAGMENT_TYPES | CONTROL_TYPES:
+        return None
+    if kind in _ALLOWED[role]:
+        return None
+    return f"a {kind} record is not accepted on the {role} topic"

@@ -1,0 +1,292 @@
+"""The worker: one member of the assembler consumer group, driving one Assembler per partition.
+
+The loop, in the spirit of h11's example client (the Assembler is the protocol, this is the IO)::
+
+    start:  load the registry and keyring, check co-partitioning, start the health endpoint,
+            subscribe to fragments + control (range assignor, manual offsets, read_committed)
+    loop:   records = getmany(poll timeout, batch size)             (or stop on SIGTERM)
+            with the processing lock:
+                per ready partition: build the step (tick when due, records in order)
+                commit every non-empty step, partitions in parallel (one transaction each)
+                reset a partition whose transaction failed
+            every lag interval: export lag and buffer gauges
+    stop:   finish the current batch, close every partition's producer, leave the group
+
+Records fetched before a partition's latest preparation (its seek) are dropped and the consumer
+re-seeks to the partition's next expected offsets, so nothing is skipped or processed twice.
+Time: ``now = time.time()`` once per loop iteration, given to the Assembler (which has no clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from processor.core.assembler import Assembler
+from processor.core.authn import AllowUnsigned, CommandVerifier
+from processor.core.registry import Registry
+from processor.observability import metrics
+from processor.observability.health import HealthServer
+from processor.observability.logging import fields
+from processor.runtime.assignment import PartitionManager
+from processor.runtime.partition import PartitionTask, Step
+from processor.runtime.topics import check_copartitioning, describe_topics
+from processor.runtime.transaction import TransactionFailed
+from processor.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_STOP_GRACE_S: Final = 30.0
+
+
+class Worker:
+    """One group member. ``await Worker(settings, registry, verifier).run()`` until stopped."""
+
+    def __init__(
+        self, settings: Settings, registry: Registry, verifier: CommandVerifier | None = None
+    ) -> None:
+        self.settings = settings
+        self.topics = settings.topics
+        self.registry = registry
+        self.verifier: CommandVerifier = verifier or AllowUnsigned()
+        self.limits = settings.core_limits()
+        self.manager = PartitionManager(settings, self.new_assembler, on_fatal=self._fatal)
+        self._stop = asyncio.Event()
+        self._fatal_error: BaseException | None = None
+        self._step_started: float | None = None
+        self._last_lag = 0.0
+        self.health: HealthServer | None = None
+
+    def new_assembler(self) -> Assembler:
+        return Assembler(self.registry, self.limits, verifier=self.verifier)
+
+    def stop(self) -> None:
+        """Ask the loop to finish its batch and leave the group (signal-safe)."""
+        self._stop.set()
+
+    def _fatal(self, exc: BaseException) -> None:
+        log.error("fatal worker error", extra=fields(error=type(exc).__name__, detail=str(exc)))
+        self._fatal_error = exc
+        self._stop.set()
+
+    # ------------------------------------------------------------------ probes
+
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        stuck = (
+            self._step_started is not None
+            and time.monotonic() - self._step_started > 3 * self.settings.commit_timeout_seconds
+        )
+        ok = self._fatal_error is None and not stuck
+        return ok, {"fatal": self._fatal_error is not None, "step_stuck": stuck}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        return self.manager.readiness()
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> int:
+        """Run until stopped; 0 after a graceful stop, 1 after a fatal error."""
+        await self._check_topics()
+        if self.settings.metrics_port is not None:
+            self.health = HealthServer(
+                self.settings.metrics_host,
+                self.settings.metrics_port,
+                live=self.liveness,
+                ready=self.readiness,
+            )
+            await self.health.start()
+        consumer = self._consumer()
+        self.manager.consumer = consumer
+        consumer.subscribe([self.topics.fragments, self.topics.control], listener=self.manager)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop)
+        try:
+            await consumer.start()
+            log.info(
+                "worker started",
+                extra=fields(group_id=self.settings.group_id, topics=[*self.topics.all().values()]),
+            )
+            await self._loop(consumer)
+        finally:
+            await self._shutdown(consumer)
+        return 0 if self._fatal_error is None else 1
+
+    async def _check_topics(self) -> None:
+        admin = AIOKafkaAdminClient(**self.settings.kafka_client_kwargs())
+        await admin.start()
+        try:
+            check_copartitioning(await describe_topics(self.settings, admin))
+        finally:
+            await admin.close()
+
+    def _consumer(self) -> AIOKafkaConsumer:
+        s = self.settings
+        return AIOKafkaConsumer(
+            group_id=s.group_id,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            max_poll_interval_ms=s.max_poll_interval_ms,
+            max_poll_records=s.batch_max_records,
+            max_partition_fetch_bytes=max(1024 * 1024, s.max_message_bytes),
+            **s.kafka_client_kwargs(),
+        )
+
+    async def _loop(self, consumer: AIOKafkaConsumer) -> None:
+        stop_wait = asyncio.create_task(self._stop.wait())
+        try:
+            while not self._stop.is_set():
+                fetch_seq = self.manager.seq
+                fetch = asyncio.create_task(
+                    consumer.getmany(
+                        timeout_ms=self.settings.poll_timeout_ms,
+                        max_records=self.settings.batch_max_records,
+                    )
+                )
+                await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    fetch.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await fetch
+                    break  # stopping; nothing was handed to us
+                batch = fetch.result()
+                async with self.manager.lock:
+                    self._step_started = time.monotonic()
+                    try:
+                        await self._process(consumer, batch, fetch_seq)
+                    finally:
+                        self._step_started = None
+                self._export_gauges(consumer)
+        finally:
+            stop_wait.cancel()
+
+    # ------------------------------------------------------------------ one iteration
+
+    async def _process(
+        self,
+        consumer: AIOKafkaConsumer,
+        batch: Mapping[TopicPartition, Sequence[ConsumerRecord]],
+        fetch_seq: int,
+    ) -> None:
+        now = time.time()
+        by_partition: dict[int, dict[str, list[ConsumerRecord]]] = defaultdict(dict)
+        roles = {self.topics.fragments: "fragments", self.topics.control: "control"}
+        for tp, fetched in batch.items():
+            if fetched:
+                by_partition[tp.partition][roles[tp.topic]] = list(fetched)
+        steps: list[tuple[PartitionTask, Step]] = []
+        for task in self.manager.ready_tasks():
+            records = by_partition.pop(task.partition, {})
+            if records and task.ready_seq > fetch_seq:
+                self._drop(consumer, task, records)  # fetched before the task's latest seek
+                records = {}
+            tick = now - task.last_tick >= self.settings.tick_interval_seconds
+            if not records and not tick:
+                continue
+            step = task.build(records, now, tick=tick)
+            if not step.plan.empty:
+                steps.append((task, step))
+        for leftover in by_partition.values():  # partitions that are not ready (or not ours)
+            for role, rs in leftover.items():
+                metrics.RECORDS_SKIPPED.labels(role).inc(len(rs))
+        if steps:
+            await asyncio.gather(*(self._commit(task, step) for task, step in steps))
+
+    def _drop(
+        self, consumer: AIOKafkaConsumer, task: PartitionTask, records: Mapping[str, Any]
+    ) -> None:
+        for role, rs in records.items():
+            metrics.RECORDS_SKIPPED.labels(role).inc(len(rs))
+        for tp in task.tps:
+            with contextlib.suppress(Exception):
+                consumer.seek(tp, task.expected[tp])
+
+    async def _commit(self, task: PartitionTask, step: Step) -> None:
+        try:
+            seconds = await task.commit(step, timeout=self.settings.commit_timeout_seconds)
+        except TransactionFailed as exc:
+            metrics.TRANSACTION_ABORTS.labels(exc.cause).inc()
+            log.warning(
+                "transaction failed; rebuilding the partition",
+                extra=fields(partition=task.partition, cause=exc.cause, detail=exc.detail),
+            )
+            self.manager.reset(task, exc.cause)
+            return
+        committed_at = time.time()
+        metrics.TRANSACTIONS.inc()
+        metrics.TRANSACTION_DURATION.observe(seconds)
+        for role, n in step.consumed.items():
+            metrics.RECORDS_CONSUMED.labels(role).inc(n)
+        for role, n in step.skipped.items():
+            metrics.RECORDS_SKIPPED.labels(role).inc(n)
+        for role, n in step.outputs.items():
+            metrics.OUTPUT_RECORDS.labels(role).inc(n)
+        for state, reason in step.terminal:
+            metrics.TERMINAL_OUTCOMES.labels(state, reason).inc()
+        for reason in step.deadletters:
+            metrics.DEADLETTERS.labels(reason).inc()
+        for trigger in step.dispatch_triggers:
+            metrics.DISPATCH_LATENCY.observe(max(0.0, committed_at - trigger))
+
+    # ------------------------------------------------------------------ gauges
+
+    def _export_gauges(self, consumer: AIOKafkaConsumer) -> None:
+        for task in self.manager.ready_tasks():
+            label = str(task.partition)
+            metrics.OPEN_BUFFERS.labels(label).set(task.assembler.open_buffers)
+            metrics.BUFFERED_BYTES.labels(label).set(task.assembler.buffered_bytes)
+        now = time.monotonic()
+        if now - self._last_lag < self.settings.lag_interval_seconds:
+            return
+        self._last_lag = now
+        for task in self.manager.ready_tasks():
+            for role, tp in (("fragments", task.fragments_tp), ("control", task.control_tp)):
+                with contextlib.suppress(Exception):
+                    end = consumer.last_stable_offset(tp)
+                    if end is not None and end >= 0:
+                        lag = max(0, end - task.expected.get(tp, end))
+                        metrics.CONSUMER_LAG.labels(role, str(task.partition)).set(lag)
+
+    # ------------------------------------------------------------------ shutdown
+
+    async def _shutdown(self, consumer: AIOKafkaConsumer) -> None:
+        log.info("worker stopping")
+        try:
+            async with asyncio.timeout(_STOP_GRACE_S):
+                async with self.manager.lock:
+                    await self.manager.close_all()
+                await consumer.stop()  # leaves the group
+        except Exception as exc:
+            log.warning("unclean shutdown", extra=fields(error=type(exc).__name__))
+        if self.health is not None:
+            await self.health.stop()
+        log.info("worker stopped")
+
+
+async def run_worker(
+    settings: Settings,
+    registry: Registry,
+    verifier: CommandVerifier | None,
+    *,
+    on_started: Callable[[Worker], None] | None = None,
+) -> int:
+    worker = Worker(settings, registry, verifier)
+    if on_started is not None:
+        on_started(worker)
+    return await worker.run()

@@ -1,0 +1,67 @@
+"""`processor replay` as a black box: JSON lines in, JSON lines with a `kind` out."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from processor.core.events import encode
+from tests.unit.scenario import Call, turn_cancelled, turn_started
+
+ROOT = Path(__file__).parents[2]
+TOOLS = ROOT / "examples" / "tools.yaml"
+
+
+def replay(lines: list[bytes], *extra: str) -> tuple[list[dict[str, object]], str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "replay", "--tools", str(TOOLS), *extra, "-"],
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return [orjson.loads(line) for line in result.stdout.splitlines()], result.stderr.decode()
+
+
+def scenario() -> list[bytes]:
+    good, stopped = Call(call_id="call_0"), Call(call_id="call_1", turn_id="turn-2")
+    events = [turn_started(), turn_started("turn-2"), *good.stream('{"city": "Paris"}', 4)]
+    events += stopped.stream('{"city": "Rome"}')[:2]
+    events.append(turn_cancelled("turn-2"))
+    events += stopped.stream('{"city": "Rome"}')[2:]
+    return [encode(e) for e in events]
+
+
+def test_dispatch_lines_carry_the_contract_fields() -> None:
+    out, _ = replay(scenario())
+    [dispatch] = [o for o in out if o["kind"] == "dispatch"]
+    assert dispatch["tool"] == "get_weather"
+    assert dispatch["arguments"] == {"city": "Paris"}
+    assert (dispatch["call_id"], dispatch["turn_id"]) == ("call_0", "turn-1")
+    assert isinstance(dispatch["dispatch_id"], str) and dispatch["dispatch_id"]
+    kinds = {o["kind"] for o in out}
+    assert kinds == {"dispatch", "status", "ledger", "audit"}
+
+
+def test_bad_lines_become_dead_letters_and_replay_continues() -> None:
+    lines = scenario()
+    lines.insert(3, b"{this is not json")
+    lines.insert(5, b'{"v": 9, "type": "call.delta"}')
+    out, _ = replay(lines)
+    dead = [o for o in out if o["kind"] == "deadletter"]
+    assert [(d["reason"], d["offset"]) for d in dead] == [("undecodable", 4), ("unknown_version", 6)]
+    assert len([o for o in out if o["kind"] == "dispatch"]) == 1
+
+
+def test_replay_is_deterministic() -> None:
+    first, _ = replay(scenario())
+    second, _ = replay(scenario())
+    assert first == second
+
+
+def test_summary_goes_to_stderr() -> None:
+    _, err = replay(scenario(), "--summary")
+    assert "dispatch=1" in err
