@@ -8,9 +8,11 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing into $(VENV) (log: $(VENV)/install.log)"
+	@$(BIN)/python -m pip install --upgrade pip > $(VENV)/install.log 2>&1 \
+	  && $(BIN)/python -m pip install -e '.[dev]' >> $(VENV)/install.log 2>&1 \
+	  || { tail -n 40 $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
 
 ## Replay the bundled example provider streams through adapters and the Assembler, offline.
 demo: $(STAMP)

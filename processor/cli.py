@@ -11,14 +11,15 @@ import sys
 from collections.abc import Sequence
 from typing import Protocol
 
-from processor import commands_offline
+from processor import commands_adapt, commands_offline
+from processor.runtime import commands as runtime_commands
 
 
 class _CommandModule(Protocol):
     def register(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
 
 
-COMMAND_MODULES: tuple[_CommandModule, ...] = (commands_offline,)
+COMMAND_MODULES: tuple[_CommandModule, ...] = (commands_offline, commands_adapt, runtime_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

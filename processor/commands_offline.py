@@ -18,7 +18,16 @@ import orjson
 
 from processor.core.assembler import Assembler, RecordSource
 from processor.core.errors import ProcessorError
-from processor.core.events import OUTPUT_TOPIC, OutputRecord
+from processor.core.events import (
+    OUTPUT_TOPIC,
+    Audit,
+    DeadLetter,
+    Dispatch,
+    Ledger,
+    OutputRecord,
+    Proposal,
+    Status,
+)
 from processor.core.policy import Limits
 from processor.core.states import mermaid
 from processor.schema_export import check_schemas, export_schemas
@@ -32,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay.add_argument("--tools", required=True, help="tool registry (YAML or JSON)")
     replay.add_argument("events", nargs="?", default="-", help="events file, or - for stdin")
     replay.add_argument("--summary", action="store_true", help="print counts to stderr at the end")
+    replay.add_argument(
+        "--format",
+        choices=["json", "text"],
+        default="json",
+        help="json: one output per line with a `kind` field; text: a line for people",
+    )
     replay.set_defaults(func=_replay_command)
 
     schemas = subparsers.add_parser("schemas", help="JSON Schemas of the wire contract")
@@ -67,6 +82,35 @@ def output_line(record: OutputRecord) -> bytes:
     return orjson.dumps(data) + b"\n"
 
 
+def text_line(record: OutputRecord) -> bytes:
+    """One readable line: dispatches and proposals show arguments; nothing else carries them."""
+    match record:
+        case Dispatch():
+            args = orjson.dumps(record.arguments).decode()
+            text = f"DISPATCH  {record.tool}({args})  call={record.call_id} id={record.dispatch_id}"
+        case Proposal():
+            args = orjson.dumps(record.arguments).decode()
+            text = f"PROPOSAL  {record.tool}({args})  call={record.call_id} {record.args_digest}"
+        case Ledger():
+            text = (
+                f"ledger    {record.tool}  call={record.call_id}  {record.state}"
+                f"  reason={record.terminal_reason}  fragments={record.fragment_count}"
+                f"  bytes={record.bytes}  validation={record.validation_result}"
+            )
+        case Status():
+            retry = "  (retry possible)" if record.retry_possible else ""
+            text = f"status    call={record.call_id}  {record.state}: {record.message}{retry}"
+        case Audit():
+            text = (
+                f"audit     {record.command_type} by {record.issued_by}: {record.outcome}"
+                f"{' (' + record.rejection + ')' if record.rejection else ''}"
+                f"  affected={len(record.affected)}"
+            )
+        case DeadLetter():
+            text = f"DEAD      {record.source_topic}@{record.offset}: {record.reason} {record.detail}"
+    return text.encode() + b"\n"
+
+
 def _record_time(line: bytes) -> float:
     try:
         data = orjson.loads(line)
@@ -89,13 +133,14 @@ def _replay_command(args: argparse.Namespace) -> int:
         return 2
     assembler = Assembler(registry, Limits())
     counts: dict[str, int] = {}
+    render = output_line if args.format == "json" else text_line
     stream: IO[bytes] = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
     with stream:
         out = sys.stdout.buffer
         for record in replay(stream, assembler, source=args.events):
             kind = KIND[type(record)]
             counts[kind] = counts.get(kind, 0) + 1
-            out.write(output_line(record))
+            out.write(render(record))
         out.flush()
     if args.summary:
         summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no outputs"

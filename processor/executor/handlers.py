@@ -67,9 +67,7 @@ class Call:
         return self.dispatch_id
 
     @classmethod
-    def from_dispatch(
-        cls, dispatch: Dispatch, headers: Mapping[str, bytes] | None = None
-    ) -> Call:
+    def from_dispatch(cls, dispatch: Dispatch, headers: Mapping[str, bytes] | None = None) -> Call:
         headers = headers or {}
         return cls(
             dispatch_id=dispatch.dispatch_id,

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.runtime.codec import TRACEPARENT, header
+from processor.runtime.topics import partition_count
 from processor.settings import Settings
 
 TAIL_ROLES: Final = ("dispatch", "proposals", "status", "ledger", "audit", "deadletter")
@@ -35,6 +36,9 @@ async def read_records(
     timeout: float | None = None,
 ) -> AsyncIterator[ConsumerRecord]:
     """Yield committed records of ``topic``, up to the start-time end offsets unless ``follow``."""
+    count = await partition_count(settings, topic)
+    if count is None:
+        raise LookupError(f"topic {topic!r} does not exist")
     consumer = AIOKafkaConsumer(
         group_id=None,
         enable_auto_commit=False,
@@ -43,12 +47,9 @@ async def read_records(
     )
     await consumer.start()
     deadline = time.monotonic() + timeout if timeout is not None else None
-    count = 0
+    seen = 0
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise LookupError(f"topic {topic!r} does not exist")
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        tps = [TopicPartition(topic, p) for p in range(count)]
         consumer.assign(tps)
         if from_beginning:
             await consumer.seek_to_beginning(*tps)
@@ -66,8 +67,8 @@ async def read_records(
             )
             for record in records:
                 yield record
-                count += 1
-                if max_records is not None and count >= max_records:
+                seen += 1
+                if max_records is not None and seen >= max_records:
                     return
     finally:
         await consumer.stop()

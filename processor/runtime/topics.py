@@ -213,6 +213,20 @@ async def _wait_for_leaders(
         await asyncio.sleep(0.2)
 
 
+async def partition_count(settings: Settings, topic: str) -> int | None:
+    """How many partitions ``topic`` has, or None when it does not exist."""
+    admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    info = described[0] if described else None
+    if info is None or not _exists(info):
+        return None
+    return len(info["partitions"])
+
+
 def _exists(info: Mapping[str, Any] | None) -> bool:
     return info is not None and info["error_code"] != _UNKNOWN_TOPIC and bool(info["partitions"])
 

@@ -1,0 +1,170 @@
+"""``processor adapt``: a provider's raw stream in, fragment events out (stdout or ``fragments``).
+
+Reads the stream as the provider sends it — raw SSE text, one JSON payload a line, or Bedrock's
+binary ``application/vnd.amazon.eventstream`` — detected from the first bytes or named with
+``--format``, runs the provider's adapter over it incrementally, and writes the fragment events
+as JSON lines, so ``processor adapt ... | processor replay --tools T.yaml`` is the whole pipeline
+offline. With ``--publish`` the events go to the ``fragments`` topic instead (idempotent producer,
+key = turn key, ``--traceparent`` propagated to the dispatch record).
+
+A chunk the adapter cannot read is reported on stderr; the stream's open calls end inert through
+``response.ended`` and the command exits 1. Nothing partial ever completes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import zlib
+from collections.abc import Iterator
+from typing import IO, Final, Literal
+
+from processor.adapters.anthropic import AnthropicMessagesAdapter
+from processor.adapters.base import StreamAdapter, TurnContext
+from processor.adapters.bedrock import BedrockConverseAdapter
+from processor.adapters.gemini import GeminiAdapter
+from processor.adapters.openai_chat import OpenAIChatAdapter
+from processor.adapters.openai_responses import OpenAIResponsesAdapter
+from processor.adapters.sse import ProviderEventDecoder
+from processor.core.errors import AdapterError
+from processor.core.events import FragmentEvent, TurnStarted, encode, stable_id
+
+PROVIDERS: Final[dict[str, type[StreamAdapter]]] = {
+    "openai-responses": OpenAIResponsesAdapter,
+    "openai-chat": OpenAIChatAdapter,
+    "anthropic": AnthropicMessagesAdapter,
+    "gemini": GeminiAdapter,
+    "bedrock": BedrockConverseAdapter,
+}
+
+InputFormat = Literal["sse", "jsonl", "eventstream"]
+READ_SIZE: Final = 64 * 1024
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from processor.runtime.commands import _common_flags as common_flags
+
+    adapt = subparsers.add_parser("adapt", help="normalise a provider stream into fragment events")
+    adapt.add_argument("--provider", required=True, choices=sorted(PROVIDERS))
+    adapt.add_argument("--tenant", required=True)
+    adapt.add_argument("--turn", required=True, help="turn id")
+    adapt.add_argument("--actor", required=True, help="the authenticated actor of the turn")
+    adapt.add_argument("--session")
+    adapt.add_argument("--format", choices=["sse", "jsonl", "eventstream"], help="default: detect")
+    adapt.add_argument(
+        "--emit-turn-started",
+        action="store_true",
+        help="first write the turn.started control event the gateway would write (offline use)",
+    )
+    adapt.add_argument("--publish", action="store_true", help="publish to the fragments topic")
+    adapt.add_argument("--traceparent", help="W3C trace context to attach (with --publish)")
+    adapt.add_argument("file", nargs="?", default="-", help="the provider body, or - for stdin")
+    common_flags(adapt)
+    adapt.set_defaults(func=_adapt_command)
+
+
+def detect_format(head: bytes) -> InputFormat:
+    """eventstream when the first 12 bytes are a valid eventstream prelude, else SSE or JSONL."""
+    if len(head) >= 12 and zlib.crc32(head[:8]) == int.from_bytes(head[8:12], "big"):
+        return "eventstream"
+    text = head.lstrip()
+    return "jsonl" if text.startswith((b"{", b"[")) else "sse"
+
+
+def adapt_stream(
+    stream: IO[bytes], adapter: StreamAdapter, fmt: InputFormat | None = None
+) -> Iterator[FragmentEvent]:
+    """Yield fragment events as the stream is read; a bad chunk raises AdapterError after the
+    adapter has closed (the caller still receives the inert ``response.ended`` via ``close``)."""
+    head = stream.read(READ_SIZE)
+    chosen = fmt or detect_format(head)
+    chunks = _chunks(head, stream)
+    if chosen == "eventstream":
+        if not isinstance(adapter, BedrockConverseAdapter):
+            raise AdapterError("bad_format", f"{adapter.provider} streams are not eventstream")
+        for chunk in chunks:
+            yield from adapter.feed_bytes(chunk)
+        yield from adapter.close()
+        return
+    decoder = ProviderEventDecoder(chosen)
+    for chunk in chunks:
+        for event in decoder.feed(chunk):
+            yield from adapter.feed(event)
+        if decoder.done:
+            break
+    for event in decoder.close():
+        yield from adapter.feed(event)
+    decoder.check()
+    yield from adapter.close()
+
+
+def _chunks(head: bytes, stream: IO[bytes]) -> Iterator[bytes]:
+    if head:
+        yield head
+    while chunk := stream.read(READ_SIZE):
+        yield chunk
+
+
+def _turn_started(ctx: TurnContext, now: float) -> TurnStarted:
+    return TurnStarted(
+        command_id=stable_id("turn.started", ctx.tenant, ctx.turn_id),
+        issued_by="processor-adapt",
+        issued_at=now,
+        tenant=ctx.tenant,
+        turn_id=ctx.turn_id,
+        actor=ctx.actor,
+        session=ctx.session,
+    )
+
+
+def _adapt_command(args: argparse.Namespace) -> int:
+    ctx = TurnContext(tenant=args.tenant, turn_id=args.turn, actor=args.actor, session=args.session)
+    if args.emit_turn_started and args.publish:
+        print(
+            "processor adapt: --emit-turn-started is for offline use; the gateway (or "
+            "`processor ctl start-turn`) writes turn.started to control",
+            file=sys.stderr,
+        )
+        return 2
+    adapter = PROVIDERS[args.provider](ctx, now=time.time)
+    collected: list[FragmentEvent] = []
+
+    def emit(event: FragmentEvent) -> None:
+        if args.publish:
+            collected.append(event)
+        else:
+            _write_line(encode(event))
+
+    if args.emit_turn_started:
+        _write_line(encode(_turn_started(ctx, time.time())))
+    failure: AdapterError | None = None
+    stream: IO[bytes] = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    with stream:
+        try:
+            for event in adapt_stream(stream, adapter, args.format):
+                emit(event)
+        except AdapterError as exc:
+            failure = exc
+            for event in adapter.close():  # every call still open becomes inert
+                emit(event)
+    if failure is not None:
+        print(f"processor adapt: {failure}", file=sys.stderr)
+    if args.publish:
+        _publish(args, collected)
+    return 1 if failure is not None else 0
+
+
+def _write_line(data: bytes) -> None:
+    sys.stdout.buffer.write(data + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _publish(args: argparse.Namespace, events: list[FragmentEvent]) -> None:
+    from processor.runtime.commands import settings_from_args
+    from processor.runtime.publish import publish_events
+
+    settings = settings_from_args(args)
+    count = asyncio.run(publish_events(settings, events, args.traceparent))
+    print(f"published {count} fragment events to {settings.topics.fragments}", file=sys.stderr)

@@ -1,0 +1,852 @@
+"""The executor client: consume ``dispatch``, fence each call, run its handler at most once.
+
+An application embeds :class:`ExecutorClient` with its
+:class:`~processor.executor.handlers.Handlers` (or runs ``processor executor run --handlers
+module:object``)::
+
+    async with ExecutorClient(settings, handlers, group="bookings", verifier=keyring) as client:
+        await client.run()
+
+Per dispatch record, in order (each dispatch partition is processed in offset order):
+
+1. Decode it; a tool this executor has no handler for belongs to another executor group and is
+   skipped; a ``dispatch_id`` already in the group's ledger is skipped (never run twice).
+2. **Fence** (:mod:`processor.executor.fence`, :mod:`processor.executor.barrier`): read the
+   control partition of the call's turn up to its current end offset and check that the turn is
+   not cancelled, the response not quarantined, the tool not disabled, the tenant not stopped, the
+   call not denied, and a required confirmation present, bound to this digest and the turn's
+   actor, and fresh. A refusal is recorded (ledger entry, result, user status, offset: one
+   transaction) and the handler never runs.
+3. **Claim** (:mod:`processor.executor.ledger`): a ``claimed`` ledger entry and the offset past
+   the record, in one transaction, before anything runs.
+4. **Fence again**, right before the handler: a cancellation that raced the claim is still seen.
+5. **Run** the handler with its timeout; record ``succeeded`` / ``failed`` (or ``unknown`` when the
+   handler timed out or the executor was stopped while it ran) with the result record, in one
+   transaction.
+
+Results go to ``<prefix>results`` (:class:`~processor.executor.records.ExecutionResult`);
+refusals, failures and unknown outcomes also go to ``status`` as what the user may be told. The
+``traceparent`` header of the dispatch record is passed to the handler and copied to the outputs.
+Nothing here logs, counts or writes argument values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
+from pydantic import BaseModel, ValidationError
+
+from processor.core.authn import CommandVerifier
+from processor.core.errors import ConfigurationError
+from processor.core.events import CallKey, Dispatch, Status, UserState, encode, stable_id
+from processor.core.registry import Registry
+from processor.executor import metrics
+from processor.executor.barrier import BarrierTimeout, ControlBarrier
+from processor.executor.fence import FenceState, Refusal, RefusalCode, Requirements
+from processor.executor.handlers import Call, ExecutionFailed, Handlers, Registration
+from processor.executor.ledger import restore_ledger_partition
+from processor.executor.records import (
+    EntryState,
+    ExecutionEntry,
+    ExecutionOutcome,
+    ExecutionResult,
+    entry_key,
+)
+from processor.executor.topics import executor_topics, partition_counts
+from processor.observability.logging import fields
+from processor.settings import Settings
+
+__all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStats"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP: Final = "toolcall-executors"
+_TXN_ATTEMPTS: Final = 5
+_TRACE_HEADERS: Final = ("traceparent", "tracestate")
+
+# What the user is told when the executor does not run a call: (state, retry possible, message)
+_REFUSAL_VIEW: Final[dict[str, tuple[UserState, bool, str]]] = {
+    RefusalCode.TENANT_STOPPED: (
+        UserState.CANCELLED,
+        False,
+        "Actions are paused for your organisation; a person will follow up.",
+    ),
+    RefusalCode.TURN_CANCELLED: (
+        UserState.CANCELLED,
+        False,
+        "This turn was cancelled before the action ran.",
+    ),
+    RefusalCode.QUARANTINED: (UserState.CANCELLED, False, "Held back by an operator for review."),
+    RefusalCode.TOOL_DISABLED: (UserState.CANCELLED, False, "This tool is currently disabled."),
+    RefusalCode.CONFIRMATION_DENIED: (UserState.CANCELLED, False, "You declined this action."),
+    RefusalCode.CONFIRMATION_EXPIRED: (
+        UserState.FAILED,
+        True,
+        "The confirmation is no longer valid; ask again and confirm.",
+    ),
+    RefusalCode.STALE_DISPATCH: (
+        UserState.FAILED,
+        True,
+        "The request waited too long and was not run; asking again may work.",
+    ),
+    "executor_stopped": (
+        UserState.FAILED,
+        True,
+        "The action was not run; asking again may work.",
+    ),
+}
+_DEFAULT_REFUSAL_VIEW: Final = (UserState.FAILED, False, "The action was not run.")
+_UNKNOWN_VIEW: Final = (
+    UserState.FAILED,
+    False,
+    "We could not confirm whether the action completed; please check before trying again.",
+)
+
+_Out = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
+"""One record to write: topic, key, value, partition (None: by key), headers."""
+
+
+@dataclass
+class ExecutorStats:
+    """Counters for tests and diagnostics (by outcome, and records not run)."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
+    other_tools: int = 0
+    undecodable: int = 0
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+class _Fenced(Exception):
+    """This executor lost the partition (its transactional producer was fenced)."""
+
+
+class _TransactionFailed(Exception):
+    """A transaction kept failing; the record in hand must be fetched and decided again."""
+
+
+class _Stopping(Exception):
+    """The executor is stopping; leave the record in hand unacknowledged."""
+
+
+@dataclass
+class _Owned:
+    """A dispatch partition this executor owns: its transactional producer and ledger view."""
+
+    partition: int
+    producer: AIOKafkaProducer
+    entries: dict[str, ExecutionEntry]
+    pending_offset: int | None = None  # next offset to commit, not yet in a transaction
+    lost: bool = False
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, client: ExecutorClient) -> None:
+        self._client = client
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._client._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self._client._on_assigned(assigned)
+
+
+class ExecutorClient:
+    """Consumes ``dispatch`` in consumer group ``group`` and runs registered handlers.
+
+    ``verifier`` authenticates operator commands read from ``control`` (a
+    :class:`processor.ops.signing.Keyring`; :class:`processor.core.authn.AllowUnsigned` only for
+    tests). ``registry`` (optional) resolves tool aliases in operator commands and supplies
+    ``requires_confirmation`` and the confirmation TTL of tools whose registration does not say.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        handlers: Handlers,
+        *,
+        verifier: CommandVerifier,
+        group: str = DEFAULT_GROUP,
+        executor_id: str | None = None,
+        registry: Registry | None = None,
+        barrier_timeout_seconds: float = 30.0,
+        batch_size: int = 20,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not len(handlers):
+            raise ConfigurationError("invalid_handlers", "no handlers registered")
+        self.settings = settings
+        self.handlers = handlers
+        self.group = group
+        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.registry = registry
+        self.topics = executor_topics(settings)
+        self.stats = ExecutorStats()
+        self.assigned = asyncio.Event()
+        self._verifier = verifier
+        self._barrier_timeout = barrier_timeout_seconds
+        self._batch_size = batch_size
+        self._clock = clock
+        self._retention = settings.limits.retention_seconds
+        self._barrier = ControlBarrier(settings, self._new_fence)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._owned: dict[int, _Owned] = {}
+        self._lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._started = False
+        self._next_forget = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> ExecutorClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Check the topics, start the control barrier, and join the consumer group."""
+        topics = self.topics
+        counts = await partition_counts(
+            self.settings,
+            [topics.dispatch, topics.control, topics.status, topics.results, topics.executions],
+        )
+        for name in (topics.dispatch, topics.control, topics.status, topics.results):
+            if name not in counts:
+                raise ConfigurationError("missing_topic", f"topic {name!r} does not exist")
+        if counts.get(topics.executions) != counts[topics.dispatch]:
+            raise ConfigurationError(
+                "ledger_partitions",
+                f"topic {topics.executions!r} must exist with as many partitions as "
+                f"{topics.dispatch!r} ({counts[topics.dispatch]}), "
+                f"found {counts.get(topics.executions)}",
+            )
+        await self._barrier.start()
+        consumer = AIOKafkaConsumer(
+            **self.settings.kafka_client_kwargs(),
+            group_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            session_timeout_ms=self.settings.session_timeout_ms,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            max_poll_interval_ms=self.settings.max_poll_interval_ms,
+            max_partition_fetch_bytes=max(1024 * 1024, self.settings.max_message_bytes),
+        )
+        try:
+            await consumer.start()
+            consumer.subscribe([topics.dispatch], listener=_Listener(self))
+        except BaseException:
+            await consumer.stop()
+            await self._barrier.stop()
+            raise
+        self._consumer = consumer
+        self._started = True
+        log.info(
+            "executor started",
+            extra=fields(
+                executor_id=self.executor_id, group=self.group, tools=self.handlers.tools()
+            ),
+        )
+
+    async def stop(self) -> None:
+        """Stop consuming; finish the record in hand; release every partition; leave."""
+        self._stopping.set()
+        if not self._started:
+            return
+        self._started = False
+        async with self._lock:
+            for owned in list(self._owned.values()):
+                await self._release(owned)
+            self._owned.clear()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+        await self._barrier.stop()
+        log.info("executor stopped", extra=fields(executor_id=self.executor_id))
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to return after the record in hand (signal-safe)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Process dispatch records until :meth:`request_stop` or :meth:`stop`."""
+        consumer = self._consumer
+        if consumer is None:
+            raise RuntimeError("ExecutorClient.start() was not awaited")
+        stop_wait = asyncio.create_task(self._stopping.wait())
+        try:
+            while not self._stopping.is_set():
+                fetch = asyncio.create_task(
+                    consumer.getmany(timeout_ms=200, max_records=self._batch_size)
+                )
+                await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    fetch.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                        await fetch
+                    return
+                batches = fetch.result()
+                async with self._lock:
+                    for tp, records in batches.items():
+                        if not await self._process_partition(consumer, tp, records):
+                            return
+                self._maybe_forget()
+        finally:
+            stop_wait.cancel()
+
+    async def _process_partition(
+        self, consumer: AIOKafkaConsumer, tp: TopicPartition, records: list[ConsumerRecord]
+    ) -> bool:
+        """Process one partition's records in order; False when the executor is stopping."""
+        owned = self._owned.get(tp.partition)
+        if owned is None or owned.lost:
+            return True  # revoked after the fetch
+        for record in records:
+            try:
+                await self._process(owned, record)
+            except _Stopping:
+                consumer.seek(tp, record.offset)
+                return False
+            except _TransactionFailed:
+                consumer.seek(tp, record.offset)  # decide it again on the next fetch
+                return True
+            except _Fenced:
+                self._lose(owned)
+                return True
+        # on failure the records are in the ledger already; the offsets are committed later
+        with contextlib.suppress(_Fenced, _TransactionFailed):
+            await self._flush_offsets(owned)
+        return True
+
+    # ------------------------------------------------------------------ rebalance
+
+    async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        async with self._lock:
+            for tp in sorted(assigned, key=lambda t: t.partition):
+                if tp.topic != self.topics.dispatch:
+                    continue
+                previous = self._owned.pop(tp.partition, None)
+                if previous is not None:
+                    await self._release(previous)
+                self._owned[tp.partition] = await self._take(tp.partition)
+        self.assigned.set()
+
+    async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
+        async with self._lock:  # waits for the record in hand, handler included
+            for tp in revoked:
+                owned = self._owned.pop(tp.partition, None)
+                if owned is not None:
+                    await self._release(owned)
+
+    async def _take(self, partition: int) -> _Owned:
+        """Fence the previous owner, restore the ledger, report its unfinished claims."""
+        producer = await self._new_producer(partition)
+        entries = await restore_ledger_partition(
+            self.settings,
+            self.topics.executions,
+            partition,
+            self.group,
+            timeout=self.settings.restore_timeout_seconds,
+        )
+        owned = _Owned(partition=partition, producer=producer, entries=entries)
+        dangling = [e for e in entries.values() if e.state is EntryState.CLAIMED]
+        log.info(
+            "dispatch partition taken",
+            extra=fields(partition=partition, entries=len(entries), unfinished=len(dangling)),
+        )
+        for entry in dangling:
+            try:
+                await self._record_unknown(owned, entry, "executor_interrupted")
+            except (_Fenced, _TransactionFailed):
+                break  # the next owner reports them
+        return owned
+
+    async def _release(self, owned: _Owned) -> None:
+        if not owned.lost:
+            with contextlib.suppress(_Fenced, _TransactionFailed):
+                await self._flush_offsets(owned)
+        with contextlib.suppress(Exception):
+            await owned.producer.stop()
+
+    def _lose(self, owned: _Owned) -> None:
+        """Another executor owns this partition now; stop using it until it is reassigned."""
+        owned.lost = True
+        log.warning("fenced on a dispatch partition", extra=fields(partition=owned.partition))
+        consumer = self._consumer
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.pause(TopicPartition(self.topics.dispatch, owned.partition))
+
+    async def _new_producer(self, partition: int) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            **self.settings.kafka_client_kwargs(),
+            transactional_id=f"{self.group}.executor.{partition}",
+            enable_idempotence=True,
+            acks="all",
+            transaction_timeout_ms=self.settings.transaction_timeout_ms,
+            max_request_size=self.settings.max_message_bytes,
+        )
+        await producer.start()  # InitProducerId: fences and completes the previous owner's txn
+        return producer
+
+    # ------------------------------------------------------------------ one record
+
+    async def _process(self, owned: _Owned, record: ConsumerRecord) -> None:
+        if self._stopping.is_set():
+            raise _Stopping
+        next_offset = record.offset + 1
+        try:
+            dispatch = Dispatch.model_validate_json(record.value or b"")
+        except ValidationError:
+            self.stats.undecodable += 1
+            metrics.SKIPPED.labels("undecodable").inc()
+            log.warning(
+                "not a dispatch record; skipped",
+                extra=fields(partition=owned.partition, offset=record.offset),
+            )
+            owned.pending_offset = next_offset
+            return
+        if not self.handlers.handles(dispatch.tool):
+            self.stats.other_tools += 1
+            metrics.SKIPPED.labels("other_tool").inc()
+            owned.pending_offset = next_offset
+            return
+        if dispatch.dispatch_id in owned.entries:
+            self.stats.duplicates += 1
+            metrics.SKIPPED.labels("duplicate").inc()
+            log.info(
+                "dispatch already in the ledger; not run again",
+                extra=fields(dispatch_id=dispatch.dispatch_id, tool=dispatch.tool),
+            )
+            owned.pending_offset = next_offset
+            return
+        headers = _trace_headers(record)
+        where = (owned.partition, record.offset)
+        registration = self.handlers.lookup(dispatch.tool, dispatch.tool_version)
+        if registration is None:
+            await self._refuse(owned, dispatch, headers, "unsupported_tool_version", where=where)
+            return
+        requirements = self._requirements(registration, dispatch)
+        refusal = await self._fence(dispatch, requirements)
+        if refusal is not None:
+            await self._refuse(
+                owned, dispatch, headers, refusal.code.value, where=where, refusal=refusal
+            )
+            return
+        claim = ExecutionEntry.for_dispatch(
+            dispatch,
+            self.group,
+            self.executor_id,
+            EntryState.CLAIMED,
+            self._clock(),
+            partition=owned.partition,
+            offset=record.offset,
+        )
+        await self._transact(owned, [self._entry_out(claim)], next_offset)
+        owned.entries[dispatch.dispatch_id] = claim
+        # The claim and the offset are committed: this dispatch never runs again in this group.
+        try:
+            refusal = await self._fence(dispatch, requirements)
+        except _Stopping:
+            await self._after_claim(
+                self._refuse(owned, dispatch, headers, "executor_stopped", where=where, claim=claim)
+            )
+            raise
+        if refusal is not None:
+            await self._after_claim(
+                self._refuse(
+                    owned,
+                    dispatch,
+                    headers,
+                    refusal.code.value,
+                    where=where,
+                    refusal=refusal,
+                    claim=claim,
+                )
+            )
+            return
+        await self._execute(owned, dispatch, headers, registration, claim)
+
+    async def _after_claim(self, write: Any) -> None:
+        """Record the end of a claimed call; if that cannot be written, the claim stays and the
+        next owner of the partition reports the call ``unknown`` (it is never run again)."""
+        try:
+            await write
+        except _TransactionFailed:
+            log.error("could not record the end of a claimed call; it will be reported unknown")
+
+    def _requirements(self, registration: Registration, dispatch: Dispatch) -> Requirements:
+        declaration = None
+        if self.registry is not None:
+            resolution = self.registry.resolve(dispatch.tool)
+            declaration = resolution.declaration if resolution else None
+        requires = registration.requires_confirmation
+        if requires is None:
+            requires = bool(declaration and declaration.requires_confirmation)
+        max_age = registration.confirmation_max_age_seconds
+        if max_age is None and declaration is not None and declaration.requires_confirmation:
+            max_age = declaration.confirmation_ttl_seconds
+        return Requirements(
+            requires_confirmation=requires,
+            confirmation_max_age_seconds=max_age,
+            max_dispatch_age_seconds=self._retention,
+        )
+
+    async def _fence(self, dispatch: Dispatch, requirements: Requirements) -> Refusal | None:
+        """Read the turn's control partition up to its end offset now, then check the call."""
+        partition = self._barrier.partition_for_turn(dispatch.tenant, dispatch.turn_id)
+        while True:
+            started = time.monotonic()
+            try:
+                state = await self._barrier.sync(partition, self._barrier_timeout)
+            except (BarrierTimeout, KafkaError) as exc:
+                log.warning(
+                    "control barrier incomplete; retrying",
+                    extra=fields(partition=partition, error=type(exc).__name__),
+                )
+                if self._stopping.is_set():
+                    raise _Stopping from None
+                await asyncio.sleep(0.5)
+                continue
+            metrics.BARRIER_SECONDS.observe(time.monotonic() - started)
+            return state.check(dispatch, self._clock(), requirements)
+
+    async def _execute(
+        self,
+        owned: _Owned,
+        dispatch: Dispatch,
+        headers: list[tuple[str, bytes]],
+        registration: Registration,
+        claim: ExecutionEntry,
+    ) -> None:
+        call = Call.from_dispatch(dispatch, dict(headers))
+        started_at = self._clock()
+        began = time.monotonic()
+        outcome = ExecutionOutcome.SUCCEEDED
+        reason: str | None = None
+        retry = False
+        detail = ""
+        output: dict[str, Any] | None = None
+        interrupted = False
+        try:
+            async with asyncio.timeout(registration.timeout_seconds) as deadline:
+                returned = await registration.handler(call)
+            output, detail = _as_output(returned)
+        except ExecutionFailed as exc:
+            outcome, reason = ExecutionOutcome.FAILED, exc.code
+            retry, detail = exc.retry_possible, exc.detail
+        except TimeoutError:
+            if deadline.expired():
+                outcome, reason = ExecutionOutcome.UNKNOWN, "handler_timeout"
+            else:
+                outcome, reason, detail = (
+                    ExecutionOutcome.FAILED,
+                    "handler_exception",
+                    "TimeoutError",
+                )
+        except asyncio.CancelledError:
+            outcome, reason, interrupted = ExecutionOutcome.UNKNOWN, "executor_stopped", True
+        except Exception as exc:  # a handler bug: the class name only, the message may hold args
+            outcome, reason, detail = (
+                ExecutionOutcome.FAILED,
+                "handler_exception",
+                type(exc).__name__,
+            )
+        metrics.HANDLER_SECONDS.labels(dispatch.tool).observe(time.monotonic() - began)
+        now = self._clock()
+        result = ExecutionResult.for_dispatch(
+            dispatch,
+            group=self.group,
+            executor_id=self.executor_id,
+            outcome=outcome,
+            ts=now,
+            reason=reason,
+            retry_possible=retry,
+            detail=detail,
+            output=output,
+            started_at=started_at,
+        )
+        entry = claim.moved_to(EntryState(outcome.value), self.executor_id, now)
+        outputs = [self._entry_out(entry), self._result_out(result, headers)]
+        if outcome is ExecutionOutcome.FAILED:
+            message = (
+                "The action failed; asking again may work."
+                if retry
+                else "The action could not be completed."
+            )
+            outputs.append(
+                self._status_out(
+                    dispatch.key,
+                    dispatch.tool,
+                    (UserState.FAILED, retry, message),
+                    reason or "failed",
+                    headers,
+                )
+            )
+        elif outcome is ExecutionOutcome.UNKNOWN:
+            outputs.append(
+                self._status_out(dispatch.key, dispatch.tool, _UNKNOWN_VIEW, "unknown", headers)
+            )
+        owned.entries[dispatch.dispatch_id] = entry
+        self._count(dispatch.tool, outcome, reason)
+        log.info(
+            "call executed",
+            extra=fields(
+                dispatch_id=dispatch.dispatch_id,
+                tool=dispatch.tool,
+                outcome=outcome.value,
+                reason=reason,
+            ),
+        )
+        await self._after_claim(self._transact(owned, outputs, None))
+        if interrupted:
+            raise asyncio.CancelledError
+
+    async def _refuse(
+        self,
+        owned: _Owned,
+        dispatch: Dispatch,
+        headers: list[tuple[str, bytes]],
+        code: str,
+        *,
+        where: tuple[int, int],
+        refusal: Refusal | None = None,
+        claim: ExecutionEntry | None = None,
+    ) -> None:
+        """Record that a call is not run: ledger entry, result, user status and the offset past
+        its record (``where`` = dispatch partition and offset), in one transaction."""
+        now = self._clock()
+        view = _REFUSAL_VIEW.get(code, _DEFAULT_REFUSAL_VIEW)
+        retry = view[1]
+        blocked_by = refusal.command_id if refusal else None
+        result = ExecutionResult.for_dispatch(
+            dispatch,
+            group=self.group,
+            executor_id=self.executor_id,
+            outcome=ExecutionOutcome.REFUSED,
+            ts=now,
+            reason=code,
+            blocked_by=blocked_by,
+            retry_possible=retry,
+            detail=refusal.detail if refusal else "",
+        )
+        if claim is not None:
+            entry = claim.moved_to(EntryState.REFUSED, self.executor_id, now)
+        else:
+            entry = ExecutionEntry.for_dispatch(
+                dispatch,
+                self.group,
+                self.executor_id,
+                EntryState.REFUSED,
+                now,
+                partition=where[0],
+                offset=where[1],
+            )
+        outputs = [
+            self._entry_out(entry),
+            self._result_out(result, headers),
+            self._status_out(dispatch.key, dispatch.tool, view, code, headers),
+        ]
+        await self._transact(owned, outputs, where[1] + 1)
+        owned.entries[dispatch.dispatch_id] = entry
+        self._count(dispatch.tool, ExecutionOutcome.REFUSED, code)
+        log.info(
+            "call refused by the fence",
+            extra=fields(
+                dispatch_id=dispatch.dispatch_id,
+                tool=dispatch.tool,
+                reason=code,
+                blocked_by=blocked_by,
+            ),
+        )
+
+    async def _record_unknown(self, owned: _Owned, entry: ExecutionEntry, reason: str) -> None:
+        now = self._clock()
+        result = ExecutionResult.from_entry(
+            entry,
+            outcome=ExecutionOutcome.UNKNOWN,
+            executor_id=self.executor_id,
+            ts=now,
+            reason=reason,
+        )
+        final = entry.moved_to(EntryState.UNKNOWN, self.executor_id, now)
+        outputs = [
+            self._entry_out(final),
+            self._result_out(result, []),
+            self._status_out(entry.key, entry.tool, _UNKNOWN_VIEW, "unknown", []),
+        ]
+        await self._transact(owned, outputs, None)
+        owned.entries[entry.dispatch_id] = final
+        self._count(entry.tool, ExecutionOutcome.UNKNOWN, reason)
+        log.warning(
+            "claimed call never finished: outcome unknown, not run again",
+            extra=fields(dispatch_id=entry.dispatch_id, tool=entry.tool),
+        )
+
+    # ------------------------------------------------------------------ outputs
+
+    def _entry_out(self, entry: ExecutionEntry) -> _Out:
+        key = entry_key(entry.group, entry.dispatch_id)
+        return (self.topics.executions, key, encode(entry), entry.dispatch_partition, [])
+
+    def _result_out(self, result: ExecutionResult, headers: list[tuple[str, bytes]]) -> _Out:
+        return (self.topics.results, _turn_key(result.key), encode(result), None, headers)
+
+    def _status_out(
+        self,
+        key: CallKey,
+        tool: str,
+        view: tuple[UserState, bool, str],
+        why: str,
+        headers: list[tuple[str, bytes]],
+    ) -> _Out:
+        state, retry, message = view
+        status = Status(
+            tenant=key.tenant,
+            turn_id=key.turn_id,
+            response_id=key.response_id,
+            item_id=key.item_id,
+            call_id=key.call_id,
+            status_id=stable_id("status", key.encoded(), "executor", self.group, why),
+            tool=tool,
+            state=state,
+            retry_possible=retry,
+            message=message,
+            ts=self._clock(),
+        )
+        return (self.topics.status, _turn_key(key), encode(status), None, headers)
+
+    async def _flush_offsets(self, owned: _Owned) -> None:
+        if owned.pending_offset is not None and not owned.lost:
+            await self._transact(owned, [], owned.pending_offset)
+
+    async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
+        """Write ``outputs`` and commit the offset ``next_offset`` (or a pending one) in ONE
+        transaction of the partition's producer.
+
+        Transient errors: a new producer with the same transactional id (its InitProducerId
+        completes or aborts the failed transaction, so a retry never doubles an effect that
+        matters: entries are keyed, results carry a stable ``result_id``), up to
+        ``_TXN_ATTEMPTS``; then :class:`_TransactionFailed`. Fencing: :class:`_Fenced`.
+        """
+        offset = next_offset if next_offset is not None else owned.pending_offset
+        for attempt in range(1, _TXN_ATTEMPTS + 1):
+            if owned.lost:
+                raise _Fenced
+            producer = owned.producer
+            try:
+                await producer.begin_transaction()
+                futures = [
+                    await producer.send(
+                        topic, value=value, key=key, partition=partition, headers=headers
+                    )
+                    for topic, key, value, partition, headers in outputs
+                ]
+                if offset is not None:
+                    tp = TopicPartition(self.topics.dispatch, owned.partition)
+                    await producer.send_offsets_to_transaction(
+                        {tp: OffsetAndMetadata(offset, "")}, self.group
+                    )
+                await asyncio.gather(*futures)
+                await producer.commit_transaction()
+            except (ProducerFenced, AssertionError):
+                # aiokafka reports a fenced producer's later calls as a bare AssertionError
+                owned.lost = True
+                raise _Fenced from None
+            except KafkaError as exc:
+                log.warning(
+                    "executor transaction failed; retrying with a new producer",
+                    extra=fields(
+                        partition=owned.partition, attempt=attempt, error=type(exc).__name__
+                    ),
+                )
+                with contextlib.suppress(Exception):
+                    await producer.stop()
+                await asyncio.sleep(min(2.0, 0.2 * attempt))
+                try:
+                    owned.producer = await self._new_producer(owned.partition)
+                except ProducerFenced:
+                    owned.lost = True
+                    raise _Fenced from None
+                except KafkaError:
+                    continue
+                continue
+            if offset is not None and offset >= (owned.pending_offset or 0):
+                owned.pending_offset = None
+            return
+        raise _TransactionFailed
+
+    # ------------------------------------------------------------------ helpers
+
+    def _new_fence(self) -> FenceState:
+        registry = self.registry
+
+        def canonical(name: str) -> str:
+            if registry is None:
+                return name
+            resolution = registry.resolve(name)
+            return resolution.declaration.name if resolution else name
+
+        return FenceState(verifier=self._verifier, canonical_tool=canonical)
+
+    def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
+        self.stats.count(outcome.value)
+        metrics.OUTCOMES.labels(tool, outcome.value, reason or "").inc()
+
+    def _maybe_forget(self) -> None:
+        now = self._clock()
+        if now < self._next_forget:
+            return
+        self._next_forget = now + 60.0
+        self._barrier.forget(now - self._retention)
+
+    @property
+    def barrier(self) -> ControlBarrier:
+        return self._barrier
+
+    def owned_partitions(self) -> list[int]:
+        return sorted(p for p, o in self._owned.items() if not o.lost)
+
+
+def _turn_key(key: CallKey) -> bytes:
+    return key.turn_key.encode()
+
+
+def _trace_headers(record: ConsumerRecord) -> list[tuple[str, bytes]]:
+    found: dict[str, bytes] = {}
+    for name, value in record.headers or ():
+        if name in _TRACE_HEADERS and isinstance(value, bytes) and len(value) <= 512:
+            found[name] = value
+    return list(found.items())
+
+
+def _as_output(returned: object) -> tuple[dict[str, Any] | None, str]:
+    """A handler's return value as a JSON object for the result, or why it was dropped."""
+    if returned is None:
+        return None, ""
+    if isinstance(returned, BaseModel):
+        returned = returned.model_dump(mode="json")
+    if not isinstance(returned, Mapping):
+        return None, "output_not_an_object"
+    try:
+        data = orjson.loads(orjson.dumps(dict(returned)))
+    except (TypeError, orjson.JSONEncodeError):
+        return None, "output_not_json"
+    return (data, "") if isinstance(data, dict) else (None, "output_not_json")
