@@ -1,12 +1,22 @@
-"""What every provider adapter shares: the turn context, the adapter interface, event builders.
+"""What every provider adapter shares: the turn context, the fail-closed stream, event builders.
 
 An adapter is pure and stateful per provider stream: ``feed(chunk)`` takes one provider event (a
 decoded JSON object, or its JSON text) and returns the fragment events it implies; ``close()``
 ends the stream and makes every call still open inert through ``response.ended``. Adapters name
 calls and cut their argument text into positioned deltas; they never assemble or judge arguments.
 
+Failing closed is :class:`StreamAdapter`'s job, not each adapter's. A subclass reads one event in
+``_read_event`` and ends its open responses in ``_end_open``; the base turns whatever goes wrong
+while reading (an :class:`AdapterError`, a pydantic ``ValidationError``, an unexpected
+``KeyError``, ``TypeError``, ``ValueError``, ``AttributeError`` or ``IndexError``) into an
+``AdapterError`` and marks the stream failed. From then on, and after ``close()``, every chunk is
+refused (see :attr:`StreamAdapter.refusal`), and the open responses end with status ``error``
+and the reason :attr:`StreamAdapter.failure_ending`.
+
 Event ids are deterministic (derived from the turn, the call key, the kind and the position), so a
 reconnect replay of the same provider events produces the same ids and the Assembler dedupes it.
+The builders (``started``, ``delta``, ``ended``, ``response_ended``) refuse what the wire contract
+refuses (an id over 256 characters, a tool name over 128) as an ``AdapterError`` ``bad_chunk``.
 """
 
 from __future__ import annotations
@@ -14,10 +24,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final, Literal, TypeVar
 
-import orjson
+from pydantic import BaseModel, ValidationError
 
+from processor.adapters.fields import bad_chunk, decode_object, shown
 from processor.core.errors import AdapterError
 from processor.core.events import (
     CallDelta,
@@ -26,8 +37,14 @@ from processor.core.events import (
     FragmentEvent,
     ResponseEnded,
     ResponseStatus,
+    describe_validation_error,
     stable_id,
 )
+
+_UNEXPECTED: Final = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+T = TypeVar("T")
+Record = TypeVar("Record", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -42,7 +59,11 @@ class TurnContext:
 
 @dataclass
 class OpenCall:
-    """An adapter's view of one call it has started and not yet ended."""
+    """An adapter's view of one call it has started and not yet ended.
+
+    ``withheld`` marks a call whose terminal must not be emitted (a conflicting name or id, a gap
+    in the provider's numbering): it stays open and becomes inert with its response.
+    """
 
     response_id: str
     item_id: str
@@ -50,6 +71,7 @@ class OpenCall:
     tool: str
     next_seq: int = 1
     ended: bool = False
+    withheld: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -57,51 +79,161 @@ class StreamAdapter(ABC):
     """One provider stream (one HTTP response, or several concatenated) → fragment events."""
 
     provider: ClassVar[str]
+    unit: ClassVar[str] = "event"
+    """What the protocol calls one provider payload, in messages ("event", "chunk")."""
+    cut_reason: ClassVar[str]
+    """The ``response.ended`` reason (``incomplete``) of a response the stream ended first."""
+    refusal: ClassVar[Literal["raise", "ignore"]] = "raise"
+    """A chunk after a failure or ``close()``: ``"raise"`` refuses it with AdapterError
+    ``adapter_failed`` / ``adapter_closed``; ``"ignore"`` records an anomaly, returns nothing
+    and, after a failure, ends the open responses at once (a caller that keeps feeding instead of
+    calling ``close()`` still sees them end)."""
+    failure_ending: ClassVar[str] = "adapter_error: {reason}"
+    """The ``response.ended`` reason (``error``) of a response cut by a failure; ``{reason}`` is
+    the reason code of the first AdapterError the stream raised."""
 
     def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
         self.ctx = ctx
         self._now = now or (lambda: 0.0)
         self.anomalies: list[str] = []
+        self._failure: str | None = None
+        self._closed = False
+        self._responses_opened = 0
+
+    # -- what a subclass provides ------------------------------------------------------------
+
+    @abstractmethod
+    def _read_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        """Read one decoded provider event; raise AdapterError for one that cannot be read."""
+
+    @abstractmethod
+    def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
+        """End every response still open with ``status`` and ``reason`` (none open: ``[]``)."""
+
+    def _cut_ending(self) -> tuple[ResponseStatus, str]:
+        """How ``close()`` ends a response the stream cut short (no failure)."""
+        return ResponseStatus.INCOMPLETE, self.cut_reason
 
     # -- the interface -------------------------------------------------------------------
 
-    @abstractmethod
-    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
-        """Take one decoded provider event; return the fragment events it implies."""
-
-    @abstractmethod
-    def close(self) -> list[FragmentEvent]:
-        """The stream is over: every call still open becomes inert via ``response.ended``."""
-
     def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
         """Take one provider event as a dict or JSON text. A bad chunk raises AdapterError."""
+        if self._stopped:
+            return self._refuse()
         if isinstance(chunk, dict):
             return self.feed_event(chunk)
+        return self.feed_event(self._framed(lambda: decode_object(chunk, self.provider)))
+
+    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
+        """Take one decoded provider event; return the fragment events it implies."""
+        if self._stopped:
+            return self._refuse()
         try:
-            decoded = orjson.loads(chunk)
-        except orjson.JSONDecodeError as exc:
-            raise AdapterError("bad_chunk", f"{self.provider}: chunk is not JSON ({exc.msg})") from None
-        if not isinstance(decoded, dict):
-            raise AdapterError("bad_chunk", f"{self.provider}: chunk is not a JSON object")
-        return self.feed_event(decoded)
+            return self._read_event(event)
+        except AdapterError as exc:
+            self._mark_failed(exc.reason)
+            raise
+        except ValidationError as exc:
+            raise self._unreadable(describe_validation_error(exc)) from None
+        except _UNEXPECTED as exc:
+            raise self._unreadable(f"unreadable {self.unit} ({type(exc).__name__})") from None
+
+    def close(self) -> list[FragmentEvent]:
+        """The stream is over: every call still open becomes inert via ``response.ended``."""
+        if self._closed:
+            return []
+        self._closed = True
+        if self._failure is not None:
+            return self._end_open(ResponseStatus.ERROR, self._failure)
+        return self._end_open(*self._cut_ending())
+
+    # -- failing closed --------------------------------------------------------------------
+
+    @property
+    def _stopped(self) -> bool:
+        return self._closed or self._failure is not None
+
+    def _framed(self, decode: Callable[[], T]) -> T:
+        """Run a framing step (text or bytes → events); its AdapterError fails the stream."""
+        try:
+            return decode()
+        except AdapterError as exc:
+            self._mark_failed(exc.reason)
+            raise
+
+    def _mark_failed(self, reason: str) -> None:
+        """The stream failed (the first failure's reason code is the one kept)."""
+        if self._failure is None:
+            self._failure = self.failure_ending.format(reason=reason)
+
+    def _unreadable(self, detail: str) -> AdapterError:
+        self._mark_failed("bad_chunk")
+        return bad_chunk(self.provider, detail)
+
+    def unknown(self, kind: object) -> AdapterError:
+        """The error of an event type this adapter does not know (it fails the stream)."""
+        return AdapterError(
+            "unknown_event", f"{self.provider}: unknown {self.unit} type {shown(kind)!r}"
+        )
+
+    def _refuse(self) -> list[FragmentEvent]:
+        if self.refusal == "raise":
+            if self._closed:
+                raise AdapterError("adapter_closed", f"{self.provider}: stream already closed")
+            raise AdapterError("adapter_failed", f"{self.provider}: stream already failed")
+        self.anomaly(f"{self.unit} ignored: the stream is closed or failed")
+        if self._failure is None:
+            return []
+        return self._end_open(ResponseStatus.ERROR, self._failure)
 
     # -- builders: every event goes through these so ids stay deterministic --------------
 
     def _event_id(self, *parts: str | int) -> str:
-        return stable_id(
-            self.provider, self.ctx.tenant, self.ctx.turn_id, *(str(p) for p in parts)
-        )
+        return stable_id(self.provider, self.ctx.tenant, self.ctx.turn_id, *(str(p) for p in parts))
 
-    def started(self, call: OpenCall) -> CallStarted:
-        return CallStarted(
-            event_id=self._event_id(call.response_id, call.item_id, call.call_id, "started"),
-            tenant=self.ctx.tenant,
-            turn_id=self.ctx.turn_id,
+    def next_response_id(self, kind: str, given: str | None = None) -> str:
+        """The id of the next response this stream opens: ``given`` (the provider's own) or,
+        for a protocol that names none, ``_event_id(kind, n)``.
+
+        ``n`` counts every response this adapter has opened, named or not, from 0; a reconnect
+        replay of the same provider events through a fresh adapter therefore gets the same ids.
+        Gemini (``kind="response"``, when ``responseId`` is absent) and Bedrock
+        (``kind="message"``) use it.
+        """
+        number = self._responses_opened
+        self._responses_opened += 1
+        return given or self._event_id(kind, number)
+
+    def _build(self, record: type[Record], **fields: Any) -> Record:
+        """A fragment event; a value the wire contract refuses is a ``bad_chunk``."""
+        try:
+            return record(
+                tenant=self.ctx.tenant,
+                turn_id=self.ctx.turn_id,
+                provider=self.provider,
+                ts=self._now(),
+                **fields,
+            )
+        except ValidationError as exc:
+            raise bad_chunk(self.provider, describe_validation_error(exc)) from None
+
+    def _call_event(
+        self, record: type[Record], call: OpenCall, *kind: str | int, **fields: Any
+    ) -> Record:
+        return self._build(
+            record,
+            event_id=self._event_id(call.response_id, call.item_id, call.call_id, *kind),
             response_id=call.response_id,
             item_id=call.item_id,
             call_id=call.call_id,
-            provider=self.provider,
-            ts=self._now(),
+            **fields,
+        )
+
+    def started(self, call: OpenCall) -> CallStarted:
+        return self._call_event(
+            CallStarted,
+            call,
+            "started",
             tool=call.tool,
             actor=self.ctx.actor,
             session=self.ctx.session,
@@ -111,49 +243,54 @@ class StreamAdapter(ABC):
         """A delta at ``seq`` (protocol position) or, when None, the next arrival position."""
         if seq is None:
             seq = call.next_seq
+        event = self._call_event(CallDelta, call, "delta", seq, seq=seq, delta=text)
         call.next_seq = max(call.next_seq, seq + 1)
-        return CallDelta(
-            event_id=self._event_id(call.response_id, call.item_id, call.call_id, "delta", seq),
-            tenant=self.ctx.tenant,
-            turn_id=self.ctx.turn_id,
-            response_id=call.response_id,
-            item_id=call.item_id,
-            call_id=call.call_id,
-            provider=self.provider,
-            ts=self._now(),
-            seq=seq,
-            delta=text,
-        )
+        return event
 
     def ended(self, call: OpenCall, terminal: str, arguments: str | None = None) -> CallEnded:
-        """The protocol's terminal signal; ``terminal`` names the provider event that gave it."""
-        call.ended = True
-        event_id = self._event_id(call.response_id, call.item_id, call.call_id, "ended")
-        return CallEnded(
-            event_id=event_id,
-            tenant=self.ctx.tenant,
-            turn_id=self.ctx.turn_id,
-            response_id=call.response_id,
-            item_id=call.item_id,
-            call_id=call.call_id,
-            provider=self.provider,
-            ts=self._now(),
+        """The protocol's terminal signal; ``terminal`` names the provider event that gave it.
+
+        The terminal event id is derived from the call key and ``terminal``, so a replayed
+        terminal keeps its id and two calls never share one.
+        """
+        terminal_id = self._event_id(
+            call.response_id, call.item_id, call.call_id, "terminal", terminal
+        )
+        event = self._call_event(
+            CallEnded,
+            call,
+            "ended",
             seq=call.next_seq,
-            terminal_event_id=self._event_id(call.response_id, call.call_id, "terminal", terminal),
+            terminal_event_id=terminal_id,
             arguments=arguments,
         )
+        call.ended = True
+        return event
 
-    def response_ended(self, response_id: str, status: ResponseStatus, reason: str) -> ResponseEnded:
-        return ResponseEnded(
+    def end_call(
+        self, call: OpenCall, terminal: str, *, empty: str = "{}", arguments: str | None = None
+    ) -> list[FragmentEvent]:
+        """``ended`` at ``terminal``; a call that got no argument text first gets ``empty``."""
+        out: list[FragmentEvent] = [] if call.next_seq > 1 else [self.delta(call, empty)]
+        out.append(self.ended(call, terminal, arguments))
+        return out
+
+    def response_ended(
+        self, response_id: str, status: ResponseStatus, reason: str
+    ) -> ResponseEnded:
+        return self._build(
+            ResponseEnded,
             event_id=self._event_id(response_id, "response.ended"),
-            tenant=self.ctx.tenant,
-            turn_id=self.ctx.turn_id,
             response_id=response_id,
-            provider=self.provider,
-            ts=self._now(),
             status=status,
             reason=reason,
         )
+
+    def withhold(self, call: OpenCall, why: str) -> None:
+        """Record ``why`` and withhold the call's terminal: it stays open and ends inert."""
+        self.anomaly(f"{why}: call withheld")
+        if not call.ended:
+            call.withheld = True
 
     def anomaly(self, text: str) -> None:
         """Record something odd but harmless (a repeated name, an unknown event type)."""

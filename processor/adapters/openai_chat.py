@@ -34,7 +34,6 @@ the open response with status ``error``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
@@ -42,15 +41,11 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
-from processor.core.errors import AdapterError
+from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
 from processor.core.events import FragmentEvent, ResponseStatus
 
 PROVIDER: Final = "openai-chat"
 
-_CODE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
-_STRUCTURE_ERRORS: Final = (KeyError, TypeError, ValueError, AttributeError, IndexError)
-_MAX_ID: Final = 256
-_MAX_NAME: Final = 128
 _IMPLICIT: Final = "_"
 
 _HARMLESS_TYPES: Final = frozenset({"ping", "keepalive"})
@@ -68,37 +63,10 @@ _SEVERITY: Final = {
     ResponseStatus.CANCELLED: 2,
     ResponseStatus.ERROR: 3,
 }
+_F: Final = Fields(PROVIDER)
 
 
 # --------------------------------------------------------------------------- small readers
-
-
-def _shown(value: object) -> str:
-    """A provider code safe to put in a reason or message, else a placeholder."""
-    return value if isinstance(value, str) and _CODE.fullmatch(value) else "?"
-
-
-def _bad(detail: str) -> AdapterError:
-    return AdapterError("bad_chunk", f"{PROVIDER}: {detail}")
-
-
-def _opt(obj: dict[str, Any], key: str, kind: type[Any], what: str) -> Any:
-    """``obj[key]`` if absent/None or of ``kind`` (bools are not integers), else AdapterError."""
-    value = obj.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise _bad(f"field {key!r} of {what} has the wrong type")
-    return value
-
-
-def _ident(value: str | None, limit: int) -> str | None:
-    """An id or name: ``""`` means absent; an oversized one is a bad chunk."""
-    if not value:
-        return None
-    if len(value) > limit:
-        raise _bad("id or name too long")
-    return value
 
 
 def _arguments(function: dict[str, Any]) -> str:
@@ -109,7 +77,7 @@ def _arguments(function: dict[str, Any]) -> str:
         return value
     if isinstance(value, dict):  # a few servers send the object itself
         return orjson.dumps(value).decode()
-    raise _bad("field 'arguments' of a tool call has the wrong type")
+    raise _F.bad("field 'arguments' of a tool call has the wrong type")
 
 
 # --------------------------------------------------------------------------- state
@@ -151,81 +119,60 @@ class OpenAIChatAdapter(StreamAdapter):
     """One Chat Completions stream → fragment events (see the module docstring)."""
 
     provider: ClassVar[str] = PROVIDER
+    unit: ClassVar[str] = "chunk"
+    cut_reason: ClassVar[str] = "no finish_reason"
+    failure_ending: ClassVar[str] = "bad_chunk"
 
     def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
         super().__init__(ctx, now=now)
         self._current: _Response | None = None
         self._responses = 0
-        self._failure: str | None = None
-        self._closed = False
 
-    # -- the interface -------------------------------------------------------------------
+    # -- the stream --------------------------------------------------------------------------
 
-    def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
-        self._require_running()
-        try:
-            return super().feed(chunk)
-        except AdapterError:
-            self._failure = "bad_chunk"
-            raise
-
-    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
-        self._require_running()
-        try:
-            return self._route(event)
-        except AdapterError:
-            self._failure = "bad_chunk"
-            raise
-        except _STRUCTURE_ERRORS as exc:
-            self._failure = "bad_chunk"
-            raise _bad(f"unreadable chunk ({type(exc).__name__})") from None
-
-    def close(self) -> list[FragmentEvent]:
-        self._closed = True
+    def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
         current = self._current
         if current is None or current.ended:
             return []
-        if self._failure is not None:
-            return [self._end(current, ResponseStatus.ERROR, self._failure)]
-        # Some choice never finished (else the response would have ended already).
-        status, reason = self._verdict(current)
-        if _SEVERITY[status] < _SEVERITY[ResponseStatus.INCOMPLETE]:
-            status, reason = ResponseStatus.INCOMPLETE, "no finish_reason"
         return [self._end(current, status, reason)]
+
+    def _cut_ending(self) -> tuple[ResponseStatus, str]:
+        """Some choice never finished (else the response would have ended already): the worst
+        finish_reason seen when that is at least ``incomplete``, else ``no finish_reason``."""
+        current = self._current
+        if current is not None:
+            status, reason = self._verdict(current)
+            if _SEVERITY[status] >= _SEVERITY[ResponseStatus.INCOMPLETE]:
+                return status, reason
+        return super()._cut_ending()
 
     # -- routing ---------------------------------------------------------------------------
 
-    def _require_running(self) -> None:
-        if self._closed:
-            raise AdapterError("adapter_closed", f"{PROVIDER}: stream already closed")
-        if self._failure is not None:
-            raise AdapterError("adapter_failed", f"{PROVIDER}: stream already failed")
-
-    def _route(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
+    def _read_event(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
         kind = chunk.get("type")
         if kind == "error" or chunk.get("error") is not None:
             return self._on_error(chunk)
         if kind is not None:
             if kind in _HARMLESS_TYPES:
                 return []
-            raise AdapterError("unknown_event", f"{PROVIDER}: unknown chunk type {_shown(kind)!r}")
+            raise self.unknown(kind)
         choices = chunk.get("choices")
         if choices is None:
             self.anomaly("chunk without choices ignored")
             return []
         if not isinstance(choices, list):
-            raise _bad("field 'choices' is not a list")
+            raise _F.bad("field 'choices' is not a list")
         response = self._response_for(chunk, has_choices=bool(choices))
         out: list[FragmentEvent] = []
         for choice in choices:
             if not isinstance(choice, dict):
-                raise _bad("a choice is not an object")
+                raise _F.bad("a choice is not an object")
             if response is not None:
                 out.extend(self._on_choice(response, choice))
         return out
 
     def _response_for(self, chunk: dict[str, Any], *, has_choices: bool) -> _Response | None:
-        chunk_id = _ident(_opt(chunk, "id", str, "a chunk"), _MAX_ID)
+        chunk_id = _F.ident(chunk, "id", MAX_ID, "a chunk")
         current = self._current
         if current is not None and (not current.ended or chunk_id in (None, current.chunk_id)):
             if chunk_id is not None and chunk_id != current.chunk_id:
@@ -241,11 +188,11 @@ class OpenAIChatAdapter(StreamAdapter):
     # -- choices and tool call entries -----------------------------------------------------
 
     def _on_choice(self, response: _Response, raw: dict[str, Any]) -> list[FragmentEvent]:
-        index = _opt(raw, "index", int, "a choice") or 0
+        index = _F.opt(raw, "index", int, "a choice") or 0
         choice = response.choices.setdefault(index, _Choice(index))
-        delta = _opt(raw, "delta", dict, "a choice") or {}
-        tool_calls = _opt(delta, "tool_calls", list, "a delta") or []
-        finish = _opt(raw, "finish_reason", str, "a choice")
+        delta = _F.opt(raw, "delta", dict, "a choice") or {}
+        tool_calls = _F.opt(delta, "tool_calls", list, "a delta") or []
+        finish = _F.opt(raw, "finish_reason", str, "a choice")
         if delta.get("function_call") is not None:
             self.anomaly("deprecated function_call delta ignored")
         if response.ended or choice.finish is not None:
@@ -255,7 +202,7 @@ class OpenAIChatAdapter(StreamAdapter):
         out: list[FragmentEvent] = []
         for entry in tool_calls:
             if not isinstance(entry, dict):
-                raise _bad("a tool call is not an object")
+                raise _F.bad("a tool call is not an object")
             out.extend(self._on_entry(response, choice, entry))
         if finish:
             out.extend(self._on_finish(response, choice, finish))
@@ -267,10 +214,10 @@ class OpenAIChatAdapter(StreamAdapter):
         if raw.get("type") not in (None, "function"):
             self.anomaly("non-function tool call ignored")
             return []
-        index = _opt(raw, "index", int, "a tool call")
-        function = _opt(raw, "function", dict, "a tool call") or {}
-        call_id = _ident(_opt(raw, "id", str, "a tool call"), _MAX_ID)
-        tool = _ident(_opt(function, "name", str, "a function"), _MAX_NAME)
+        index = _F.opt(raw, "index", int, "a tool call")
+        function = _F.opt(raw, "function", dict, "a tool call") or {}
+        call_id = _F.ident(raw, "id", MAX_ID, "a tool call")
+        tool = _F.ident(function, "name", MAX_NAME, "a function")
         text = _arguments(function)
         entry = self._entry_for(choice, _IMPLICIT if index is None else str(index), call_id)
         choice.last = entry
@@ -329,12 +276,12 @@ class OpenAIChatAdapter(StreamAdapter):
         out: list[FragmentEvent] = []
         if finish in _ENDING_FINISH:
             for entry in choice.entries:
-                out.extend(self._end_entry(response, entry, choice.index))
+                out.extend(self._end_entry(response, entry))
         if all(c.finish is not None for c in response.choices.values()):
             out.append(self._end(response, *self._verdict(response)))
         return out
 
-    def _end_entry(self, response: _Response, entry: _Entry, choice: int) -> list[FragmentEvent]:
+    def _end_entry(self, response: _Response, entry: _Entry) -> list[FragmentEvent]:
         if entry.tool is None:
             self.anomaly("call without a name dropped")
             return []
@@ -344,9 +291,7 @@ class OpenAIChatAdapter(StreamAdapter):
         call = entry.call
         if call is None or call.ended or entry.withheld:
             return out
-        if call.next_seq == 1:
-            out.append(self.delta(call, "{}"))
-        out.append(self.ended(call, f"finish_reason:{choice}:{entry.item_id}"))
+        out.extend(self.end_call(call, "finish_reason"))
         return out
 
     def _verdict(self, response: _Response) -> tuple[ResponseStatus, str]:
@@ -357,7 +302,7 @@ class OpenAIChatAdapter(StreamAdapter):
                 continue
             found = _FINISH_STATUS.get(choice.finish, ResponseStatus.ERROR)
             if _SEVERITY[found] > _SEVERITY[status]:
-                status, reason = found, f"finish_reason={_shown(choice.finish)}"
+                status, reason = found, f"finish_reason={shown(choice.finish)}"
         return status, reason
 
     def _on_error(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
@@ -368,7 +313,7 @@ class OpenAIChatAdapter(StreamAdapter):
         if current is None or current.ended:
             self.anomaly("error payload outside an open response")
             return []
-        return [self._end(current, ResponseStatus.ERROR, _shown(code))]
+        return [self._end(current, ResponseStatus.ERROR, shown(code))]
 
     def _end(self, response: _Response, status: ResponseStatus, reason: str) -> FragmentEvent:
         response.ended = True

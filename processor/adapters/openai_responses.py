@@ -28,21 +28,15 @@ adapter refuses further chunks and ``close()`` ends every open response with sta
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
-from processor.core.errors import AdapterError
+from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
 from processor.core.events import FragmentEvent, ResponseStatus
 
 PROVIDER: Final = "openai-responses"
-
-_CODE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
-_STRUCTURE_ERRORS: Final = (KeyError, TypeError, ValueError, AttributeError, IndexError)
-_MAX_ID: Final = 256
-_MAX_NAME: Final = 128
 
 _HARMLESS_EXACT: Final = frozenset({"response.in_progress", "response.queued", "keepalive", "ping"})
 _HARMLESS_PREFIXES: Final = (
@@ -63,46 +57,7 @@ _HARMLESS_PREFIXES: Final = (
 )
 _UNSUPPORTED_ITEMS: Final = frozenset({"custom_tool_call", "computer_call"})
 _DELTA: Final = "response.function_call_arguments.delta"
-
-
-# --------------------------------------------------------------------------- small readers
-
-
-def _shown(value: object) -> str:
-    """A provider code safe to put in a reason or message, else a placeholder."""
-    return value if isinstance(value, str) and _CODE.fullmatch(value) else "?"
-
-
-def _bad(detail: str) -> AdapterError:
-    return AdapterError("bad_chunk", f"{PROVIDER}: {detail}")
-
-
-def _obj(event: dict[str, Any], key: str) -> dict[str, Any]:
-    value = event.get(key)
-    if not isinstance(value, dict):
-        raise _bad(f"field {key!r} missing or not an object")
-    return value
-
-
-def _text(event: dict[str, Any], key: str, limit: int) -> str:
-    value = event.get(key)
-    if not isinstance(value, str) or not 0 < len(value) <= limit:
-        raise _bad(f"field {key!r} missing, empty, too long or not a string")
-    return value
-
-
-def _opt_str(event: dict[str, Any], key: str) -> str | None:
-    value = event.get(key)
-    if value is not None and not isinstance(value, str):
-        raise _bad(f"field {key!r} is not a string")
-    return value
-
-
-def _opt_int(event: dict[str, Any], key: str) -> int | None:
-    value = event.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise _bad(f"field {key!r} is not an integer")
-    return value
+_F: Final = Fields(PROVIDER)
 
 
 def _is_harmless(kind: str) -> bool:
@@ -115,7 +70,6 @@ def _is_harmless(kind: str) -> bool:
 @dataclass
 class _Call(OpenCall):
     output_index: int | None = None
-    poisoned: str | None = None
     # sequence_number → the seq its delta got, so a replayed delta keeps its event id
     positions: dict[int, int] = field(default_factory=dict)
 
@@ -139,13 +93,13 @@ class OpenAIResponsesAdapter(StreamAdapter):
     """One Responses stream (or several concatenated) → fragment events."""
 
     provider: ClassVar[str] = PROVIDER
+    cut_reason: ClassVar[str] = "stream ended before the response"
+    failure_ending: ClassVar[str] = "bad_chunk"
 
     def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
         super().__init__(ctx, now=now)
         self._responses: dict[str, _Response] = {}
         self._current: _Response | None = None
-        self._failure: str | None = None
-        self._closed = False
         self._handlers: dict[str, Handler] = {
             "response.created": self._on_created,
             "response.output_item.added": self._on_item_added,
@@ -158,60 +112,30 @@ class OpenAIResponsesAdapter(StreamAdapter):
             "error": self._on_error,
         }
 
-    # -- the interface -------------------------------------------------------------------
-
-    def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
-        self._require_running()
-        try:
-            return super().feed(chunk)
-        except AdapterError:
-            self._failure = "bad_chunk"
-            raise
-
-    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
-        self._require_running()
-        try:
-            return self._route(event)
-        except AdapterError:
-            self._failure = "bad_chunk"
-            raise
-        except _STRUCTURE_ERRORS as exc:
-            self._failure = "bad_chunk"
-            raise _bad(f"unreadable event ({type(exc).__name__})") from None
-
-    def close(self) -> list[FragmentEvent]:
-        self._closed = True
-        current = self._current
-        if current is None or current.ended:
-            return []
-        if self._failure is not None:
-            return [self._end(current, ResponseStatus.ERROR, self._failure)]
-        return [self._end(current, ResponseStatus.INCOMPLETE, "stream ended before the response")]
-
     # -- routing ---------------------------------------------------------------------------
 
-    def _require_running(self) -> None:
-        if self._closed:
-            raise AdapterError("adapter_closed", f"{PROVIDER}: stream already closed")
-        if self._failure is not None:
-            raise AdapterError("adapter_failed", f"{PROVIDER}: stream already failed")
-
-    def _route(self, event: dict[str, Any]) -> list[FragmentEvent]:
+    def _read_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
         kind = event.get("type")
         if not isinstance(kind, str):
-            raise _bad("event has no type")
+            raise _F.bad("event has no type")
         handler = self._handlers.get(kind)
         if handler is None and not _is_harmless(kind):
-            raise AdapterError("unknown_event", f"{PROVIDER}: unknown event type {_shown(kind)!r}")
+            raise self.unknown(kind)
         if kind != "response.created" and self._is_replay(event):
             return self._on_replay(kind, event)
         return handler(event) if handler is not None else []
+
+    def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
+        current = self._current
+        if current is None or current.ended:
+            return []
+        return [self._end(current, status, reason)]
 
     def _live(self) -> _Response | None:
         """The response later events belong to, or None if it has ended (they are ignored)."""
         current = self._current
         if current is None:
-            raise _bad("event before response.created")
+            raise _F.bad("event before response.created")
         if current.ended:
             self.anomaly("event after the response ended ignored")
             return None
@@ -221,7 +145,7 @@ class OpenAIResponsesAdapter(StreamAdapter):
 
     def _is_replay(self, event: dict[str, Any]) -> bool:
         """Check ``sequence_number``; True when this event was already seen."""
-        sn = _opt_int(event, "sequence_number")
+        sn = _F.opt(event, "sequence_number", int)
         current = self._current
         if sn is None or current is None or current.ended:
             return False
@@ -231,26 +155,26 @@ class OpenAIResponsesAdapter(StreamAdapter):
         if last is not None and sn != last + 1:
             self.anomaly("sequence_number gap: open calls withheld")
             for call in current.open_calls():
-                call.poisoned = call.poisoned or "sequence_gap"
+                call.withheld = True
         current.last_sn = sn
         return False
 
     def _on_replay(self, kind: str, event: dict[str, Any]) -> list[FragmentEvent]:
         self.anomaly("replayed sequence_number")
         current = self._current
-        sn = _opt_int(event, "sequence_number")
+        sn = _F.opt(event, "sequence_number", int)
         if kind != _DELTA or current is None or sn is None:
             return []
         call = self._find(current, event)
         seq = call.positions.get(sn) if call is not None else None
         if call is None or seq is None:
             return []
-        return [self.delta(call, _opt_str(event, "delta") or "", seq=seq)]
+        return [self.delta(call, _F.opt(event, "delta", str) or "", seq=seq)]
 
     # -- responses -------------------------------------------------------------------------
 
     def _on_created(self, event: dict[str, Any]) -> list[FragmentEvent]:
-        response_id = _text(_obj(event, "response"), "id", _MAX_ID)
+        response_id = _F.text(_F.obj(event, "response"), "id", MAX_ID)
         current = self._current
         if current is not None and current.response_id == response_id:
             self.anomaly("repeated response.created ignored")
@@ -264,7 +188,7 @@ class OpenAIResponsesAdapter(StreamAdapter):
             self.anomaly("response.created for an earlier response ignored")
             self._current = known
             return out
-        self._current = _Response(response_id, last_sn=_opt_int(event, "sequence_number"))
+        self._current = _Response(response_id, last_sn=_F.opt(event, "sequence_number", int))
         self._responses[response_id] = self._current
         return out
 
@@ -280,17 +204,17 @@ class OpenAIResponsesAdapter(StreamAdapter):
         response = self._terminal_response(event)
         if response is None:
             return []
-        details = _obj(event, "response").get("incomplete_details")
+        details = _F.obj(event, "response").get("incomplete_details")
         code = details.get("reason") if isinstance(details, dict) else None
-        return [self._end(response, ResponseStatus.INCOMPLETE, _shown(code))]
+        return [self._end(response, ResponseStatus.INCOMPLETE, shown(code))]
 
     def _on_failed(self, event: dict[str, Any]) -> list[FragmentEvent]:
         response = self._terminal_response(event)
         if response is None:
             return []
-        error = _obj(event, "response").get("error")
+        error = _F.obj(event, "response").get("error")
         code = error.get("code") if isinstance(error, dict) else None
-        return [self._end(response, ResponseStatus.FAILED, _shown(code))]
+        return [self._end(response, ResponseStatus.FAILED, shown(code))]
 
     def _on_error(self, event: dict[str, Any]) -> list[FragmentEvent]:
         error = event.get("error")
@@ -300,13 +224,13 @@ class OpenAIResponsesAdapter(StreamAdapter):
         if current is None or current.ended:
             self.anomaly("error event outside an open response")
             return []
-        return [self._end(current, ResponseStatus.ERROR, _shown(code))]
+        return [self._end(current, ResponseStatus.ERROR, shown(code))]
 
     def _terminal_response(self, event: dict[str, Any]) -> _Response | None:
-        response_id = _text(_obj(event, "response"), "id", _MAX_ID)
+        response_id = _F.text(_F.obj(event, "response"), "id", MAX_ID)
         known = self._responses.get(response_id)
         if known is None or known is not self._current:
-            raise _bad("terminal event for a response that is not the current one")
+            raise _F.bad("terminal event for a response that is not the current one")
         return None if known.ended else known
 
     def _end(self, response: _Response, status: ResponseStatus, reason: str) -> FragmentEvent:
@@ -316,25 +240,24 @@ class OpenAIResponsesAdapter(StreamAdapter):
     # -- calls -----------------------------------------------------------------------------
 
     def _on_item_added(self, event: dict[str, Any]) -> list[FragmentEvent]:
-        item = _obj(event, "item")
+        item = _F.obj(event, "item")
         if not self._is_function_call(item):
             return []
         response = self._live()
         if response is None:
             return []
-        output_index = _opt_int(event, "output_index")
-        item_id = _opt_str(item, "id") or f"#{output_index}"
-        call_id = _opt_str(item, "call_id") or item_id
-        if not 0 < len(item_id) <= _MAX_ID or len(call_id) > _MAX_ID:
-            raise _bad("item id or call id too long")
-        tool = _text(item, "name", _MAX_NAME)
+        output_index = _F.opt(event, "output_index", int)
+        item_id = _F.opt(item, "id", str) or f"#{output_index}"
+        call_id = _F.opt(item, "call_id", str) or item_id
+        tool = _F.text(item, "name", MAX_NAME)
+        call = _Call(response.response_id, item_id, call_id, tool, output_index=output_index)
+        started = self.started(call)  # first: an oversized id is a bad chunk, not a conflict
         existing = response.calls.get(item_id)
         if existing is not None:
             self._check_same(existing, call_id, tool)
             return []
-        call = _Call(response.response_id, item_id, call_id, tool, output_index=output_index)
         self._register(response, call)
-        return [self.started(call)]
+        return [started]
 
     def _is_function_call(self, item: dict[str, Any]) -> bool:
         kind = item.get("type")
@@ -349,25 +272,22 @@ class OpenAIResponsesAdapter(StreamAdapter):
         clash = response.by_index.get(call.output_index)
         if clash is not None and not clash.ended:
             self.anomaly("two calls at one output_index: the first is withheld")
-            clash.poisoned = clash.poisoned or "output_index_conflict"
+            clash.withheld = True
         response.by_index[call.output_index] = call
 
     def _check_same(self, call: _Call, call_id: str | None, tool: str | None) -> None:
         """Names and ids are set once: a repeat is ignored, a conflict withholds the end."""
         if (call_id is None or call_id == call.call_id) and (tool is None or tool == call.tool):
             return
-        self.anomaly("conflicting call id or name: call withheld")
-        if not call.ended:
-            call.poisoned = call.poisoned or "identity_conflict"
+        self.withhold(call, "conflicting call id or name")
 
     def _find(self, response: _Response, event: dict[str, Any]) -> _Call | None:
-        item_id = _opt_str(event, "item_id")
-        output_index = _opt_int(event, "output_index")
+        item_id = _F.opt(event, "item_id", str)
+        output_index = _F.opt(event, "output_index", int)
         by_id = response.calls.get(item_id) if item_id else None
         by_index = response.by_index.get(output_index) if output_index is not None else None
         if by_id is not None and by_index is not None and by_id is not by_index:
-            self.anomaly("item_id and output_index disagree: call withheld")
-            by_id.poisoned = by_id.poisoned or "identity_conflict"
+            self.withhold(by_id, "item_id and output_index disagree")
         call = by_id if item_id else by_index
         if call is None:
             self.anomaly("event for an unknown call item ignored")
@@ -378,16 +298,16 @@ class OpenAIResponsesAdapter(StreamAdapter):
         call = self._find(response, event) if response is not None else None
         if call is None:
             return []
-        text = _opt_str(event, "delta")
+        text = _F.opt(event, "delta", str)
         if text is None:
-            raise _bad("field 'delta' missing")
+            raise _F.bad("field 'delta' missing")
         if call.ended:
             self.anomaly("delta after the call ended ignored")
             return []
         if not text:
             return []
         delta = self.delta(call, text)
-        sn = _opt_int(event, "sequence_number")
+        sn = _F.opt(event, "sequence_number", int)
         if sn is not None:
             call.positions[sn] = delta.seq
         return [delta]
@@ -397,11 +317,11 @@ class OpenAIResponsesAdapter(StreamAdapter):
         call = self._find(response, event) if response is not None else None
         if call is None or call.ended:
             return []
-        arguments = _opt_str(event, "arguments")
+        arguments = _F.opt(event, "arguments", str)
         return self._finish_call(call, "response.function_call_arguments.done", arguments)
 
     def _on_item_done(self, event: dict[str, Any]) -> list[FragmentEvent]:
-        item = _obj(event, "item")
+        item = _F.obj(event, "item")
         if item.get("type") != "function_call":
             return []
         response = self._live()
@@ -411,24 +331,20 @@ class OpenAIResponsesAdapter(StreamAdapter):
         call = self._find(response, lookup)
         if call is None:
             return []
-        self._check_same(call, _opt_str(item, "call_id"), _opt_str(item, "name"))
+        self._check_same(call, _F.opt(item, "call_id", str), _F.opt(item, "name", str))
         if call.ended:
             return []
         if item.get("status") not in (None, "completed"):
             self.anomaly("function_call item done but not completed: call withheld")
             return []
-        arguments = _opt_str(item, "arguments")
+        arguments = _F.opt(item, "arguments", str)
         return self._finish_call(call, "response.output_item.done", arguments)
 
     def _finish_call(
         self, call: _Call, terminal: str, arguments: str | None
     ) -> list[FragmentEvent]:
         """End ``call`` unless withheld; a call without argument text gets ``{}``."""
-        if call.poisoned is not None:
+        if call.withheld:
             self.anomaly("terminal of a withheld call ignored")
             return []
-        out: list[FragmentEvent] = []
-        if call.next_seq == 1:
-            out.append(self.delta(call, arguments or "{}"))
-        out.append(self.ended(call, f"{terminal}:{call.item_id}", arguments or None))
-        return out
+        return self.end_call(call, terminal, empty=arguments or "{}", arguments=arguments or None)

@@ -235,8 +235,8 @@ class Assembler:
         key = event.key
         buf = self.calls.get(key)
         is_new = False
-        if buf is not None and buf.state.absorbing:
-            self.late_events += 1
+        if buf is not None and (buf.state.absorbing or buf.state is CallState.VALIDATED):
+            self.late_events += 1  # a replay of a call whose fragments are already complete
             return
         refusal = self.control.refusal(key.tenant, key.turn_id, key.response_id)
         if buf is None:

@@ -46,7 +46,7 @@ from processor.core.events import (
     encode,
     turn_key,
 )
-from processor.runtime.publish import publish_events
+from processor.runtime.publish import Publisher
 from processor.runtime.tail import read_records
 from processor.runtime.topics import create_topics
 from processor.settings import Settings
@@ -295,6 +295,7 @@ class Runtime:
         self.topics = self.settings.topics
         self.workers: list[WorkerProcess] = []
         self._producer: AIOKafkaProducer | None = None
+        self._publisher: Publisher | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -311,6 +312,8 @@ class Runtime:
             w.close()
         if self._producer is not None:
             await self._producer.stop()
+        if self._publisher is not None:
+            await self._publisher.stop()
         await delete_topics(self.settings.bootstrap_servers, list(self.topics.all().values()))
 
     def start_worker(self, name: str | None = None, **env: str) -> WorkerProcess:
@@ -333,7 +336,11 @@ class Runtime:
         return self._producer
 
     async def publish(self, events: Sequence[FragmentEvent], traceparent: str | None = None) -> None:
-        await publish_events(self.settings, events, traceparent)
+        """Publish as ``processor adapt --publish`` does (one shared idempotent producer)."""
+        if self._publisher is None:
+            self._publisher = Publisher(self.settings)
+            await self._publisher.start()
+        await self._publisher.publish(events, traceparent)
 
     async def control(self, *events: BaseModel) -> None:
         """Turn-scoped control events, keyed by turn key (their turn's partition)."""
@@ -368,20 +375,26 @@ class Runtime:
             out.append(value)
         return out
 
-    async def read_uncommitted_count(self, role: str) -> int:
-        """How many records the topic holds, aborted ones included (evidence of aborts)."""
+    async def read_uncommitted(self, role: str) -> list[dict[str, Any]]:
+        """Every record of an output topic including aborted ones (``read_uncommitted``)."""
         from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
         consumer = AIOKafkaConsumer(
             group_id=None, isolation_level="read_uncommitted", **self.settings.kafka_client_kwargs()
         )
         await consumer.start()
+        out: list[dict[str, Any]] = []
         try:
             tps = [TopicPartition(self.topics.output(role), p) for p in range(self.partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
-            return sum(ends.values())
+            while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+                batch = await consumer.getmany(timeout_ms=500)
+                out += [orjson.loads(r.value) for rs in batch.values() for r in rs]
         finally:
             await consumer.stop()
+        return out
 
     async def dispatches(self) -> list[dict[str, Any]]:
         return await self.read("dispatch")

@@ -47,12 +47,18 @@ def test_format_detection(path: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("provider", "path", "tools"),
     [
-        ("openai-chat", "openai-chat/parallel-two-tools-gpt4o.sse", ["get_weather", "get_stock_price"]),
+        (
+            "openai-chat",
+            "openai-chat/parallel-two-tools-gpt4o.sse",
+            ["get_weather", "get_stock_price"],
+        ),
         ("bedrock", "bedrock-converse/nova-text-then-tooluse.eventstream", ["get_temperature"]),
         ("anthropic", "anthropic/tool-use-truncated-max-tokens.sse", []),
     ],
 )
-def test_adapt_then_replay_is_the_offline_pipeline(provider: str, path: str, tools: list[str]) -> None:
+def test_adapt_then_replay_is_the_offline_pipeline(
+    provider: str, path: str, tools: list[str]
+) -> None:
     result = adapt(provider, (DATA / path).read_bytes(), "--emit-turn-started")
     assert result.returncode == 0, result.stderr
     dispatched = [o["tool"] for o in replay(result.stdout) if o["kind"] == "dispatch"]

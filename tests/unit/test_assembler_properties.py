@@ -19,12 +19,32 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from processor.core.assembler import Assembler
-from processor.core.events import Audit, Dispatch, Ledger, Status, TenantResumed, TenantStopped
+from processor.core.events import (
+    Audit,
+    Dispatch,
+    Ledger,
+    Proposal,
+    Status,
+    TenantResumed,
+    TenantStopped,
+)
 from processor.core.policy import Limits
 from processor.core.registry import Registry
 from tests.unit.scenario import Call, turn_cancelled, turn_started
 
-ANY_OBJECT = Registry.from_document({"tools": [{"name": "t", "parameters": {"type": "object"}}]})
+ANY_OBJECT = Registry.from_document(
+    {
+        "tools": [
+            {"name": "t", "parameters": {"type": "object"}},
+            {
+                "name": "c",
+                "parameters": {"type": "object"},
+                "requires_confirmation": True,
+                "confirmation_ttl_seconds": 120,
+            },
+        ]
+    }
+)
 SAFE_INT = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
 SCALARS = st.none() | st.booleans() | SAFE_INT | FINITE | st.text()
@@ -79,7 +99,9 @@ class Slot:
     sent: set[int] = field(default_factory=set)  # delta positions sent
     ended: bool = False
     touched: bool = False
-    fate: str = "open"  # open | dead | dispatched
+    fate: str = "open"  # open | proposed | dead | dispatched
+    tool: str = "t"
+    proposed_at: float = 0.0
 
 
 class AssemblerMachine(RuleBasedStateMachine):
@@ -95,6 +117,7 @@ class AssemblerMachine(RuleBasedStateMachine):
         self.stopped: set[str] = set()
         self.outputs: list[Any] = []
         self.commands = 0
+        self.proposals: dict[tuple[str, ...], Proposal] = {}
 
     @initialize(
         objs=st.lists(OBJECTS, min_size=1, max_size=5),
@@ -114,7 +137,7 @@ class AssemblerMachine(RuleBasedStateMachine):
                 response_id=f"r{i // 4}",
                 item_id=str(i),
             )
-            self.slots.append(Slot(call, chunk(text, cuts), marker))
+            self.slots.append(Slot(call, chunk(text, cuts), marker, tool="tc"[i % 2]))
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -122,6 +145,8 @@ class AssemblerMachine(RuleBasedStateMachine):
         out = self.assembler.handle(event, self.now)
         self.outputs += out
         for record in out:
+            if isinstance(record, Proposal):
+                self.proposals[record.key.as_tuple] = record
             if isinstance(record, Dispatch):
                 key = record.key.as_tuple
                 assert key not in self.dispatched, "dispatched twice"
@@ -136,14 +161,20 @@ class AssemblerMachine(RuleBasedStateMachine):
         if slot.fate == "open" and self._refused(slot):
             slot.fate = "dead"
 
+    def _kill(self, slot: Slot) -> None:
+        if slot.fate in ("open", "proposed"):
+            slot.fate = "dead"
+
     # -- rules ---------------------------------------------------------------------------
 
     @rule(data=st.data())
     def start(self, data: st.DataObject) -> None:
-        slot = data.draw(st.sampled_from(self.slots))
+        self._start(data.draw(st.sampled_from(self.slots)))
+
+    def _start(self, slot: Slot) -> None:
         self._touch(slot)
         slot.started = True
-        self._feed(slot.call.start("t"))
+        self._feed(slot.call.start(slot.tool))
 
     @rule(data=st.data())
     def send_delta(self, data: st.DataObject) -> None:
@@ -178,20 +209,39 @@ class AssemblerMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def end(self, data: st.DataObject) -> None:
-        slot = data.draw(st.sampled_from(self.slots))
+        self._end(data.draw(st.sampled_from(self.slots)))
+
+    def _end(self, slot: Slot) -> None:
         self._touch(slot)
         if slot.fate == "open" and not slot.ended:
             complete = slot.started and slot.sent == set(range(1, len(slot.pieces) + 1))
-            slot.fate = "dispatched" if complete else "dead"
+            if not complete:
+                slot.fate = "dead"
+            elif slot.tool == "c":
+                slot.fate, slot.proposed_at = "proposed", self.now
+            else:
+                slot.fate = "dispatched"
         slot.ended = True
         self._feed(slot.call.end(len(slot.pieces) + 1))
+
+    @rule(data=st.data())
+    def whole_call(self, data: st.DataObject) -> None:
+        """A call sent start to end in one go (the common case), in order."""
+        slot = data.draw(st.sampled_from(self.slots))
+        self._start(slot)
+        for seq in range(1, len(slot.pieces) + 1):
+            if seq not in slot.sent and not slot.ended:
+                self._touch(slot)
+                slot.sent.add(seq)
+                self._feed(slot.call.delta(seq, slot.pieces[seq - 1]))
+        self._end(slot)
 
     @rule(tenant=st.sampled_from(TENANTS), turn=st.sampled_from(TURNS))
     def cancel_turn(self, tenant: str, turn: str) -> None:
         self.cancelled_turns.add((tenant, turn))
         for slot in self.slots:
-            if (slot.call.tenant, slot.call.turn_id) == (tenant, turn) and slot.fate == "open":
-                slot.fate = "dead"
+            if (slot.call.tenant, slot.call.turn_id) == (tenant, turn):
+                self._kill(slot)
         self._feed(turn_cancelled(turn, tenant=tenant, reason="user_stop"))
 
     def _command_id(self, kind: str) -> str:
@@ -202,8 +252,8 @@ class AssemblerMachine(RuleBasedStateMachine):
     def stop_tenant(self, tenant: str) -> None:
         self.stopped.add(tenant)
         for slot in self.slots:
-            if slot.call.tenant == tenant and slot.touched and slot.fate == "open":
-                slot.fate = "dead"
+            if slot.call.tenant == tenant and slot.touched:
+                self._kill(slot)
         self._feed(
             TenantStopped(
                 tenant=tenant,
@@ -233,7 +283,19 @@ class AssemblerMachine(RuleBasedStateMachine):
         for slot in self.slots:
             if slot.touched and slot.fate == "open":
                 slot.fate = "dead"
+            if slot.fate == "proposed" and self.now > slot.proposed_at + 120:
+                slot.fate = "dead"
         self.outputs += self.assembler.tick(self.now)
+
+    @rule(data=st.data(), right=st.booleans(), actor=st.sampled_from(["alice", "alice", "mallory"]))
+    def confirm(self, data: st.DataObject, right: bool, actor: str) -> None:
+        proposed = [s for s in self.slots if s.fate == "proposed"]
+        slot = data.draw(st.sampled_from(proposed or self.slots))
+        proposal = self.proposals.get(slot.call.key.as_tuple)
+        digest = proposal.args_digest if proposal and right else "sha256:" + "0" * 64
+        if slot.fate == "proposed" and right and actor == "alice":
+            slot.fate = "dispatched"
+        self._feed(slot.call.confirm(digest, actor=actor, cid=self._command_id("confirm")))
 
     @rule()
     def restart(self) -> None:
@@ -267,7 +329,7 @@ class AssemblerMachine(RuleBasedStateMachine):
         open_keys = {k.as_tuple for k, b in self.assembler.calls.items() if b.open}
         assert self.assembler.open_buffers == len(open_keys)
         for slot in self.slots:
-            if slot.fate != "open":
+            if slot.fate in ("dead", "dispatched"):
                 assert slot.call.key.as_tuple not in open_keys
 
 

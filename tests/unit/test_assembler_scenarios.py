@@ -414,6 +414,13 @@ class TestRenameAndConfirmation:
         assert dispatch.args_digest == proposal.args_digest
         assert [a.rejection for a in run.of(Audit)] == [None, "not_awaiting_confirmation"]
 
+    def test_reconnect_replay_while_awaiting_confirmation_changes_nothing(self) -> None:
+        run, call, proposal = self._proposed()
+        run.feed(*call.stream('{"date": "2026-12-24", "party_size": 4}', tool="book_slot"))
+        assert run.assembler.call_state(call.key) is CallState.VALIDATED
+        run.feed(call.confirm(proposal.args_digest))
+        assert [d.arguments for d in run.dispatches] == [{"date": "2026-12-24", "party_size": 4}]
+
     def test_stale_digest_never_dispatches(self) -> None:
         run, call, _ = self._proposed()
         run.feed(call.confirm("sha256:" + "0" * 64))

@@ -49,8 +49,12 @@ def test_decoding_any_bytes_never_crashes(payload: bytes) -> None:
         assert exc.reason in {"undecodable", "unknown_version", "unknown_type", "invalid_record"}
 
 
-@given(st.dictionaries(st.sampled_from(["v", "type", "seq", "tenant", "delta", "x"]),
-                       st.none() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5) | st.just("call.delta")))
+@given(
+    st.dictionaries(
+        st.sampled_from(["v", "type", "seq", "tenant", "delta", "x"]),
+        st.none() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5) | st.just("call.delta"),
+    )
+)
 def test_decoding_any_object_never_crashes(obj: dict[str, object]) -> None:
     try:
         decode_input(orjson.dumps(obj))
@@ -77,5 +81,7 @@ def test_readme_diagram_is_drawn_from_the_table() -> None:
 
 
 def test_cli_schemas_check_passes() -> None:
-    result = subprocess.run([sys.executable, "-m", "processor.cli", "schemas", "check"], cwd=ROOT, capture_output=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "schemas", "check"], cwd=ROOT, capture_output=True
+    )
     assert result.returncode == 0, result.stderr

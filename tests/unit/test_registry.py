@@ -40,15 +40,23 @@ def test_example_registry_loads() -> None:
         ({"tools": [{"parameters": {}}]}, "'name'"),
         ({"tools": [{"name": "x"}]}, "tool 'x': 'parameters'"),
         ({"tools": [{"name": "x", "parameters": {"type": "array"}}]}, "describe an object"),
-        ({"tools": [{"name": "x", "parameters": {"type": "object", "minProperties": -1}}]}, "invalid JSON Schema"),
+        (
+            {"tools": [{"name": "x", "parameters": {"type": "object", "minProperties": -1}}]},
+            "invalid JSON Schema",
+        ),
         ({"tools": [{"name": "x", "parameters": {}, "colour": 1}]}, "unknown keys ['colour']"),
         ({"tools": [TOOL, TOOL]}, "declared twice"),
         ({"tools": [TOOL, {**TOOL, "name": "u", "aliases": ["t"]}]}, "declared twice"),
         ({"tools": [{**TOOL, "limits": {"max_bytes": 0}}]}, "limits.max_bytes"),
-        ({"tools": [{**TOOL, "validators": ["nope.nothing:here"]}]}, "validator 'nope.nothing:here'"),
+        (
+            {"tools": [{**TOOL, "validators": ["nope.nothing:here"]}]},
+            "validator 'nope.nothing:here'",
+        ),
     ],
 )
-def test_load_errors_name_file_tool_and_reason(tmp_path: Path, doc: dict[str, Any], fragment: str) -> None:
+def test_load_errors_name_file_tool_and_reason(
+    tmp_path: Path, doc: dict[str, Any], fragment: str
+) -> None:
     path = tmp_path / "tools.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(RegistryError) as info:

@@ -52,7 +52,10 @@ def test_bad_lines_become_dead_letters_and_replay_continues() -> None:
     lines.insert(5, b'{"v": 9, "type": "call.delta"}')
     out, _ = replay(lines)
     dead = [o for o in out if o["kind"] == "deadletter"]
-    assert [(d["reason"], d["offset"]) for d in dead] == [("undecodable", 4), ("unknown_version", 6)]
+    assert [(d["reason"], d["offset"]) for d in dead] == [
+        ("undecodable", 4),
+        ("unknown_version", 6),
+    ]
     assert len([o for o in out if o["kind"] == "dispatch"]) == 1
 
 

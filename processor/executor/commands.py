@@ -1,0 +1,174 @@
+"""``processor executor run``: run an executor group member with handlers from a module.
+
+::
+
+    processor executor run --handlers examples.book_slot_executor:handlers \\
+        --group bookings --tools examples/tools.yaml --keyring keyring.yaml
+
+``--handlers module:object`` names a :class:`~processor.executor.handlers.Handlers`, a mapping
+``{tool: async handler}`` or a factory of either (the current directory, or ``--app-dir``, is put
+on ``sys.path`` first, so ``examples.book_slot_executor`` imports from a checkout).
+
+Settings come from the environment (``PROCESSOR_*``, :mod:`processor.settings`) and the flags,
+flags winning. The keyring (``--keyring`` / ``PROCESSOR_KEYRING_FILE``) authenticates operator
+commands the fence reads from ``control``; without one the executor refuses to start unless
+``--allow-unsigned-operators`` is given (tests and local demos only). ``--create-topics`` creates
+``results`` and ``executions`` when missing.
+
+Exit codes: 0 after a graceful stop (SIGTERM / SIGINT), 1 on a runtime failure, 2 on a
+configuration problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Final
+
+from pydantic import ValidationError
+
+from processor.core.authn import AllowUnsigned, CommandVerifier
+from processor.core.errors import ProcessorError
+from processor.executor.client import DEFAULT_GROUP, ExecutorClient
+from processor.executor.handlers import load_handlers
+from processor.executor.topics import ensure_executor_topics
+from processor.observability.logging import configure_logging, fields
+from processor.ops.ctl import connection_flags, settings_from
+from processor.settings import Settings
+
+__all__ = ["register"]
+
+log = logging.getLogger("processor.executor")
+
+UNSIGNED_WARNING: Final = (
+    "--allow-unsigned-operators: the fence applies operator commands WITHOUT signature checks. "
+    "Never run a deployed executor like this."
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    executor = subparsers.add_parser("executor", help="run tool handlers on dispatched calls")
+    sub = executor.add_subparsers(dest="executor_command", required=True, metavar="ACTION")
+    run = sub.add_parser("run", help="join an executor group and run handlers")
+    connection_flags(run)
+    run.add_argument("--handlers", required=True, metavar="MODULE:OBJECT")
+    run.add_argument("--app-dir", default=".", help="put this folder on sys.path (default .)")
+    run.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group ({DEFAULT_GROUP})")
+    run.add_argument("--executor-id", help="this member's name (default host-pid)")
+    run.add_argument("--tools", help="tool registry: aliases, requires_confirmation, TTLs")
+    run.add_argument("--keyring", help="operator public keys (PROCESSOR_KEYRING_FILE)")
+    run.add_argument("--allow-unsigned-operators", action="store_true", help=argparse.SUPPRESS)
+    run.add_argument("--create-topics", action="store_true", help="create results/executions")
+    run.add_argument("--barrier-timeout", type=float, default=30.0, help="seconds")
+    run.add_argument("--batch-size", type=int, default=20, help="dispatch records per poll")
+    run.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
+    run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+    run.set_defaults(func=_run_command)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return settings_from(
+        args,
+        tools_file=args.tools,
+        keyring_file=args.keyring,
+        metrics_port=args.metrics_port,
+        log_level=args.log_level,
+    )
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    try:
+        settings = _settings(args)
+    except ValidationError as exc:
+        print(f"processor executor: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    app_dir = str(Path(args.app_dir).resolve())
+    if app_dir not in sys.path:
+        sys.path.insert(0, app_dir)
+    try:
+        handlers = load_handlers(args.handlers)
+        verifier = _verifier(settings, allow_unsigned=args.allow_unsigned_operators)
+        registry = None
+        if settings.tools_file is not None:
+            from processor.toolsfile import load_registry  # noqa: PLC0415
+
+            registry = load_registry(settings.tools_file)
+    except ProcessorError as exc:
+        print(f"processor executor: {exc}", file=sys.stderr)
+        return 2
+    client = ExecutorClient(
+        settings,
+        handlers,
+        verifier=verifier,
+        group=args.group,
+        executor_id=args.executor_id,
+        registry=registry,
+        barrier_timeout_seconds=args.barrier_timeout,
+        batch_size=args.batch_size,
+    )
+    try:
+        return asyncio.run(_serve(client, create_topics=args.create_topics))
+    except ProcessorError as exc:
+        print(f"processor executor: {exc}", file=sys.stderr)
+        return 2
+
+
+def _verifier(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
+    if settings.keyring_file is not None:
+        from processor.ops.signing import Keyring  # noqa: PLC0415
+
+        return Keyring.load(settings.keyring_file)
+    if allow_unsigned:
+        log.warning(UNSIGNED_WARNING)
+        print(f"WARNING: {UNSIGNED_WARNING}", file=sys.stderr)
+        return AllowUnsigned()
+    raise ProcessorError(
+        "missing_keyring",
+        "a keyring is required to authenticate operator commands "
+        "(--keyring or PROCESSOR_KEYRING_FILE)",
+    )
+
+
+async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
+    settings = client.settings
+    if create_topics:
+        await ensure_executor_topics(settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, client.request_stop)
+    health = None
+    if settings.metrics_port is not None:
+        from processor.observability.health import HealthServer  # noqa: PLC0415
+
+        health = HealthServer(
+            settings.metrics_host,
+            settings.metrics_port,
+            live=lambda: (True, {}),
+            ready=lambda: (
+                bool(client.owned_partitions()),
+                {"partitions": client.owned_partitions()},
+            ),
+        )
+        await health.start()
+    try:
+        await client.start()
+        try:
+            await client.run()
+        finally:
+            await client.stop()
+    except Exception as exc:
+        log.error("executor failed", extra=fields(error=type(exc).__name__, detail=str(exc)))
+        if isinstance(exc, ProcessorError):
+            raise
+        return 1
+    finally:
+        if health is not None:
+            await health.stop()
+    return 0

@@ -1,0 +1,81 @@
+"""``processor topics create|describe`` on a real broker, and the co-partitioning guard."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+
+from processor.settings import TopicNames
+from tests.integration.conftest import REPO_ROOT
+from tests.kafka_broker import create_topics, delete_topics
+
+pytestmark = pytest.mark.integration
+
+
+def _run(bootstrap: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+    env.update({"PROCESSOR_BOOTSTRAP_SERVERS": bootstrap, "PROCESSOR_TOPIC_PREFIX": prefix})
+    return subprocess.run(
+        [sys.executable, "-m", "processor.runtime", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_topics_create_and_describe(kafka_bootstrap: str, topic_prefix: str) -> None:
+    names = TopicNames.from_prefix(topic_prefix)
+    try:
+        created = await asyncio.to_thread(
+            _run, kafka_bootstrap, topic_prefix, "topics", "create", "--partitions", "4"
+        )
+        assert created.returncode == 0, created.stderr
+        lines = created.stdout.split("\n")
+        assert sorted(line.split()[1] for line in lines if line.startswith("created")) == sorted(
+            names.all().values()
+        )
+
+        described = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "describe")
+        assert described.returncode == 0, described.stderr
+        rows = {line.split()[0]: line for line in described.stdout.splitlines()}
+        assert set(rows) == set(names.all())
+        assert all("partitions=4 replication=1" in row for row in rows.values())
+        assert "cleanup.policy=compact" in rows["changelog"]
+        assert "cleanup.policy=delete" in rows["fragments"]
+        assert "retention.ms=-1" in rows["audit"]
+
+        again = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "create")
+        assert again.returncode == 0, again.stderr
+        assert all(line.startswith("exists") for line in again.stdout.splitlines() if line)
+    finally:
+        await delete_topics(kafka_bootstrap, list(names.all().values()))
+
+
+async def test_partition_counts_that_differ_are_refused(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path
+) -> None:
+    names = TopicNames.from_prefix(topic_prefix)
+    await create_topics(kafka_bootstrap, {names.fragments: 3, names.control: 2})
+    try:
+        created = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "create")
+        assert created.returncode == 2
+        assert "same partition count" in created.stderr
+        assert f"{names.fragments} has 3" in created.stderr
+        assert f"{names.control} has 2" in created.stderr
+
+        tools = tmp_path / "tools.yaml"
+        tools.write_text("tools: []\n")
+        worker = await asyncio.to_thread(
+            _run, kafka_bootstrap, topic_prefix, "worker", "--tools", str(tools)
+        )
+        assert worker.returncode == 2
+        assert "same partition count" in worker.stderr or "missing topic" in worker.stderr
+    finally:
+        await delete_topics(kafka_bootstrap, list(names.all().values()))
