@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.core.errors import RecordRejected
+from processor.core.errors import InvalidTransition, RecordRejected
 from processor.core.events import decode_input
 from processor.core.states import ABSORBING, TRANSITIONS, CallState, Trigger, mermaid, next_state
-from processor.core.errors import InvalidTransition
 from processor.schema_export import check_schemas, schema_documents
 
 ROOT = Path(__file__).parents[2]
@@ -56,10 +56,8 @@ def test_decoding_any_bytes_never_crashes(payload: bytes) -> None:
     )
 )
 def test_decoding_any_object_never_crashes(obj: dict[str, object]) -> None:
-    try:
+    with contextlib.suppress(RecordRejected):
         decode_input(orjson.dumps(obj))
-    except RecordRejected:
-        pass
 
 
 def test_absorbing_states_have_no_way_out() -> None:
@@ -82,6 +80,9 @@ def test_readme_diagram_is_drawn_from_the_table() -> None:
 
 def test_cli_schemas_check_passes() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "processor.cli", "schemas", "check"], cwd=ROOT, capture_output=True
+        [sys.executable, "-m", "processor.cli", "schemas", "check"],
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
