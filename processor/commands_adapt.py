@@ -76,8 +76,8 @@ def detect_format(head: bytes) -> InputFormat:
 def adapt_stream(
     stream: IO[bytes], adapter: StreamAdapter, fmt: InputFormat | None = None
 ) -> Iterator[FragmentEvent]:
-    """Yield fragment events as the stream is read; a bad chunk raises AdapterError after the
-    adapter has closed (the caller still receives the inert ``response.ended`` via ``close``)."""
+    """Yield fragment events as the stream is read. A bad chunk or frame raises AdapterError;
+    the caller then calls ``adapter.abort(reason)`` for the inert ``response.ended``."""
     head = stream.read(READ_SIZE)
     chosen = fmt or detect_format(head)
     chunks = _chunks(head, stream)
@@ -147,7 +147,7 @@ def _adapt_command(args: argparse.Namespace) -> int:
                 emit(event)
         except AdapterError as exc:
             failure = exc
-            for event in adapter.close():  # every call still open becomes inert
+            for event in adapter.abort(exc.reason):  # every call still open becomes inert
                 emit(event)
     if failure is not None:
         print(f"processor adapt: {failure}", file=sys.stderr)

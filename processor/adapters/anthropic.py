@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Final
 
 import orjson
 
-from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
+from processor.adapters.base import Handler, OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
 from processor.core.events import FragmentEvent, ResponseStatus
 
@@ -66,15 +66,12 @@ class _Message:
     other_blocks: set[int] = field(default_factory=set)
 
 
-Handler = Callable[[dict[str, Any]], list[FragmentEvent]]
-
-
 class AnthropicMessagesAdapter(StreamAdapter):
     """One Messages stream (or several concatenated) → fragment events."""
 
     provider: ClassVar[str] = PROVIDER
-    cut_reason: ClassVar[str] = "stream ended before message_stop"
-    failure_ending: ClassVar[str] = "bad_chunk"
+    cut_reason = "stream ended before message_stop"
+    failure_ending = "bad_chunk"
 
     def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
         super().__init__(ctx, now=now)
@@ -164,11 +161,10 @@ class AnthropicMessagesAdapter(StreamAdapter):
     def _on_error(self, event: dict[str, Any]) -> list[FragmentEvent]:
         error = event.get("error")
         code = error.get("type") if isinstance(error, dict) else None
-        current = self._current
-        if current is None or current.ended:
+        ended = self._end_open(ResponseStatus.ERROR, shown(code))
+        if not ended:
             self.anomaly("error event outside an open message")
-            return []
-        return [self._end(current, ResponseStatus.ERROR, shown(code))]
+        return ended
 
     def _end(self, message: _Message, status: ResponseStatus, reason: str) -> FragmentEvent:
         message.ended = True

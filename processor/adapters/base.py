@@ -46,6 +46,12 @@ _UNEXPECTED: Final = (KeyError, TypeError, ValueError, AttributeError, IndexErro
 T = TypeVar("T")
 Record = TypeVar("Record", bound=BaseModel)
 
+Handler = Callable[[dict[str, Any]], list[FragmentEvent]]
+"""Reads one kind of provider event (adapters that route by event type keep a table of these)."""
+
+Refusal = Literal["raise", "ignore"]
+"""How an adapter treats a chunk fed after it failed or closed (see ``StreamAdapter.refusal``)."""
+
 
 @dataclass(frozen=True)
 class TurnContext:
@@ -83,7 +89,7 @@ class StreamAdapter(ABC):
     """What the protocol calls one provider payload, in messages ("event", "chunk")."""
     cut_reason: ClassVar[str]
     """The ``response.ended`` reason (``incomplete``) of a response the stream ended first."""
-    refusal: ClassVar[Literal["raise", "ignore"]] = "raise"
+    refusal: ClassVar[Refusal] = "raise"
     """A chunk after a failure or ``close()``: ``"raise"`` refuses it with AdapterError
     ``adapter_failed`` / ``adapter_closed``; ``"ignore"`` records an anomaly, returns nothing
     and, after a failure, ends the open responses at once (a caller that keeps feeding instead of
@@ -96,7 +102,7 @@ class StreamAdapter(ABC):
         self.ctx = ctx
         self._now = now or (lambda: 0.0)
         self.anomalies: list[str] = []
-        self._failure: str | None = None
+        self._failure_reason: str | None = None
         self._closed = False
         self._responses_opened = 0
 
@@ -143,15 +149,21 @@ class StreamAdapter(ABC):
         if self._closed:
             return []
         self._closed = True
-        if self._failure is not None:
-            return self._end_open(ResponseStatus.ERROR, self._failure)
+        if self._failure_reason is not None:
+            return self._end_open(ResponseStatus.ERROR, self._failure_reason)
         return self._end_open(*self._cut_ending())
+
+    def abort(self, reason: str) -> list[FragmentEvent]:
+        """The transport failed around the adapter (an unreadable frame or SSE payload, a
+        dropped connection): end every open response as ``error``; nothing open can complete."""
+        self._mark_failed(reason)
+        return self.close()
 
     # -- failing closed --------------------------------------------------------------------
 
     @property
     def _stopped(self) -> bool:
-        return self._closed or self._failure is not None
+        return self._closed or self._failure_reason is not None
 
     def _framed(self, decode: Callable[[], T]) -> T:
         """Run a framing step (text or bytes → events); its AdapterError fails the stream."""
@@ -163,8 +175,8 @@ class StreamAdapter(ABC):
 
     def _mark_failed(self, reason: str) -> None:
         """The stream failed (the first failure's reason code is the one kept)."""
-        if self._failure is None:
-            self._failure = self.failure_ending.format(reason=reason)
+        if self._failure_reason is None:
+            self._failure_reason = self.failure_ending.format(reason=reason)
 
     def _unreadable(self, detail: str) -> AdapterError:
         self._mark_failed("bad_chunk")
@@ -182,9 +194,9 @@ class StreamAdapter(ABC):
                 raise AdapterError("adapter_closed", f"{self.provider}: stream already closed")
             raise AdapterError("adapter_failed", f"{self.provider}: stream already failed")
         self.anomaly(f"{self.unit} ignored: the stream is closed or failed")
-        if self._failure is None:
+        if self._failure_reason is None:
             return []
-        return self._end_open(ResponseStatus.ERROR, self._failure)
+        return self._end_open(ResponseStatus.ERROR, self._failure_reason)
 
     # -- builders: every event goes through these so ids stay deterministic --------------
 
@@ -276,8 +288,12 @@ class StreamAdapter(ABC):
         return out
 
     def response_ended(
-        self, response_id: str, status: ResponseStatus, reason: str
+        self, response_id: str, status: ResponseStatus, reason: str, *, inert: int = 0
     ) -> ResponseEnded:
+        """The response ended; ``inert`` counts its calls ended without a trusted terminal
+        (said in the reason when there are any)."""
+        if inert:
+            reason = f"{reason}; {inert} call(s) without a trusted terminal made inert"
         return self._build(
             ResponseEnded,
             event_id=self._event_id(response_id, "response.ended"),

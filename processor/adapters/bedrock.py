@@ -32,22 +32,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-from pydantic import ValidationError
-
-from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
+from processor.adapters.base import Handler, OpenCall, StreamAdapter, TurnContext
 from processor.adapters.eventstream import (
     STREAM_ERROR_EVENT,
     EventStreamDecoder,
     is_error_event,
     message_to_event,
 )
+from processor.adapters.fields import MAX_ID, MAX_NAME, Fields
 from processor.core.errors import AdapterError
-from processor.core.events import FragmentEvent, ResponseStatus, describe_validation_error
+from processor.core.events import FragmentEvent, ResponseStatus
 
-_MAX_NAME: Final = 128
-_MAX_ID: Final = 256
 _EVENT_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
+_F: Final = Fields("bedrock")
 _STOP_STATUS: Final[dict[str, ResponseStatus]] = {
     "end_turn": ResponseStatus.COMPLETED,
     "tool_use": ResponseStatus.COMPLETED,
@@ -63,10 +61,6 @@ class _InertError(AdapterError):
     """A readable event that makes its response inert (a conflict, input without a start)."""
 
     reason = "protocol_violation"
-
-
-def _bad_chunk(detail: str) -> AdapterError:
-    return AdapterError("bad_chunk", f"bedrock: {detail}")
 
 
 @dataclass
@@ -86,15 +80,14 @@ class BedrockConverseAdapter(StreamAdapter):
     """One Bedrock ConverseStream (or several, concatenated)."""
 
     provider: ClassVar[str] = "bedrock"
+    cut_reason = "stream ended before messageStop"
+    refusal = "ignore"
 
     def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
         super().__init__(ctx, now=now)
         self._message: _Message | None = None
-        self._messages = 0
         self._decoder = EventStreamDecoder()
-        self._failure: str | None = None
-        self._closed = False
-        self._handlers: dict[str, Callable[[Any], list[FragmentEvent]]] = {
+        self._handlers: dict[str, Handler] = {
             "messageStart": self._message_start,
             "contentBlockStart": self._block_start,
             "contentBlockDelta": self._block_delta,
@@ -107,56 +100,20 @@ class BedrockConverseAdapter(StreamAdapter):
 
     def feed_bytes(self, raw: bytes) -> list[FragmentEvent]:
         """Feed a slice of the raw eventstream body (any chunking)."""
-        if self._failure is not None or self._closed:
+        if self._stopped:
             return self._refuse()
-        try:
-            events = [message_to_event(m) for m in self._decoder.feed(raw)]
-        except AdapterError as exc:
-            self._failure = exc.reason
-            raise
+        events = self._framed(lambda: [message_to_event(m) for m in self._decoder.feed(raw)])
         out: list[FragmentEvent] = []
         for event in events:
             out.extend(self.feed_event(event))
         return out
 
-    def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
-        if self._failure is not None or self._closed:
-            return self._refuse()
-        try:
-            return super().feed(chunk)
-        except AdapterError as exc:
-            self._failure = self._failure or exc.reason
-            raise
-
-    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
-        if self._failure is not None or self._closed:
-            return self._refuse()
-        try:
-            return self._event(event)
-        except AdapterError as exc:
-            self._failure = exc.reason
-            raise
-        except ValidationError as exc:
-            self._failure = "bad_chunk"
-            raise _bad_chunk(describe_validation_error(exc)) from None
-
     def close(self) -> list[FragmentEvent]:
-        if self._closed:
-            return []
-        self._closed = True
-        if self._decoder.pending_bytes:
+        if not self._closed and self._decoder.pending_bytes:
             self.anomaly("the eventstream body ended inside a frame")
-        if self._failure is not None:
-            return self._end_current(ResponseStatus.ERROR, f"adapter_error: {self._failure}")
-        return self._end_current(ResponseStatus.INCOMPLETE, "stream ended before messageStop")
+        return super().close()
 
-    def _refuse(self) -> list[FragmentEvent]:
-        self.anomaly("event ignored: the stream is closed or failed")
-        if self._failure is None:
-            return []
-        return self._end_current(ResponseStatus.ERROR, f"adapter_error: {self._failure}")
-
-    def _end_current(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
+    def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
         message = self._message
         if message is None or message.finished:
             return []
@@ -164,17 +121,17 @@ class BedrockConverseAdapter(StreamAdapter):
 
     # -- events ----------------------------------------------------------------------------
 
-    def _event(self, event: dict[str, Any]) -> list[FragmentEvent]:
+    def _read_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
         if len(event) != 1:
-            raise _bad_chunk("an event must have exactly one type key")
+            raise _F.bad("an event must have exactly one type key")
         ((name, body),) = event.items()
         if is_error_event(event):
             return self._exception(name)
         handler = self._handlers.get(name)
         if handler is None:
-            raise _bad_chunk("unknown event type")
+            raise _F.bad("unknown event type")
         if not isinstance(body, dict):
-            raise _bad_chunk("event body is not an object")
+            raise _F.bad("event body is not an object")
         try:
             return handler(body)
         except _InertError as exc:
@@ -182,12 +139,12 @@ class BedrockConverseAdapter(StreamAdapter):
 
     def _inert(self, exc: _InertError) -> list[FragmentEvent]:
         self.anomaly(f"response made inert: {exc.detail}")
-        return self._end_current(ResponseStatus.ERROR, f"{exc.reason}: {exc.detail}")
+        return self._end_open(ResponseStatus.ERROR, f"{exc.reason}: {exc.detail}")
 
     def _exception(self, name: str) -> list[FragmentEvent]:
         shown = name if name == STREAM_ERROR_EVENT or _EVENT_NAME.fullmatch(name) else "unknown"
         self.anomaly(f"provider exception ({shown})")
-        return self._end_current(ResponseStatus.FAILED, f"provider_exception: {shown}")
+        return self._end_open(ResponseStatus.FAILED, f"provider_exception: {shown}")
 
     def _message_start(self, _body: dict[str, Any]) -> list[FragmentEvent]:
         out: list[FragmentEvent] = []
@@ -198,9 +155,7 @@ class BedrockConverseAdapter(StreamAdapter):
         return out
 
     def _open_message(self) -> _Message:
-        number = self._messages
-        self._messages += 1
-        self._message = _Message(response_id=self._event_id("message", number))
+        self._message = _Message(response_id=self.next_response_id("message"))
         return self._message
 
     def _live_message(self) -> _Message | None:
@@ -213,7 +168,7 @@ class BedrockConverseAdapter(StreamAdapter):
     # -- content blocks --------------------------------------------------------------------
 
     def _block_start(self, body: dict[str, Any]) -> list[FragmentEvent]:
-        index = _block_index(body)
+        index = _F.index(body, "contentBlockIndex")
         message = self._live_message()
         if message is None:
             return []
@@ -223,8 +178,9 @@ class BedrockConverseAdapter(StreamAdapter):
         if tool_use is None:
             return out
         if not isinstance(tool_use, dict):
-            raise _bad_chunk("start.toolUse is not an object")
-        tool, call_id = _tool_name(tool_use), _tool_use_id(tool_use)
+            raise _F.bad("start.toolUse is not an object")
+        tool = _F.text(tool_use, "name", MAX_NAME, "toolUse")
+        call_id = _F.text(tool_use, "toolUseId", MAX_ID, "toolUse")
         existing = message.calls.get(index)
         if existing is not None:
             return out + self._repeated_start(existing, tool, call_id)
@@ -241,20 +197,20 @@ class BedrockConverseAdapter(StreamAdapter):
         return []
 
     def _block_delta(self, body: dict[str, Any]) -> list[FragmentEvent]:
-        index = _block_index(body)
+        index = _F.index(body, "contentBlockIndex")
         message = self._live_message()
         if message is None:
             return []
         out = self._confirm_stopped(message)
         delta = body.get("delta")
         if not isinstance(delta, dict):
-            raise _bad_chunk("contentBlockDelta without a delta object")
+            raise _F.bad("contentBlockDelta without a delta object")
         tool_use = delta.get("toolUse")
         if tool_use is None:
             return out
         text = tool_use.get("input") if isinstance(tool_use, dict) else None
         if not isinstance(text, str):
-            raise _bad_chunk("delta.toolUse.input is not a string")
+            raise _F.bad("delta.toolUse.input is not a string")
         call = message.calls.get(index)
         if call is None:
             raise _InertError("protocol_violation", "tool input for a block that did not start")
@@ -267,7 +223,7 @@ class BedrockConverseAdapter(StreamAdapter):
         return out
 
     def _block_stop(self, body: dict[str, Any]) -> list[FragmentEvent]:
-        index = _block_index(body)
+        index = _F.index(body, "contentBlockIndex")
         message = self._live_message()
         if message is None:
             return []
@@ -309,33 +265,7 @@ class BedrockConverseAdapter(StreamAdapter):
         return out
 
     def _finish(self, message: _Message, status: ResponseStatus, reason: str) -> FragmentEvent:
-        open_calls = message.unterminated
-        if open_calls:
-            reason = f"{reason}; {open_calls} call(s) without a trusted terminal made inert"
+        inert = message.unterminated
         message.finished = True
         message.stopped_unconfirmed.clear()
-        return self.response_ended(message.response_id, status, reason)
-
-
-# --------------------------------------------------------------------------- field readers
-
-
-def _block_index(body: dict[str, Any]) -> int:
-    index = body.get("contentBlockIndex")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise _bad_chunk("contentBlockIndex is not a non-negative integer")
-    return index
-
-
-def _tool_name(tool_use: dict[str, Any]) -> str:
-    name = tool_use.get("name")
-    if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
-        raise _bad_chunk("toolUse name is missing or too long")
-    return name
-
-
-def _tool_use_id(tool_use: dict[str, Any]) -> str:
-    value = tool_use.get("toolUseId")
-    if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID:
-        raise _bad_chunk("toolUseId is missing or too long")
-    return value
+        return self.response_ended(message.response_id, status, reason, inert=inert)

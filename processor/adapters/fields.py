@@ -100,7 +100,10 @@ class Fields:
 
     def opt_text(self, obj: dict[str, Any], key: str, limit: int, of: str = "") -> str | None:
         """An optional string; when present, 1 to ``limit`` characters."""
-        return None if obj.get(key) is None else self.text(obj, key, limit, of)
+        value = self.opt(obj, key, str, of)
+        if value is not None and not 0 < len(value) <= limit:
+            raise self.bad(f"field {key!r}{_of(of)} empty or too long")
+        return value
 
     def ident(self, obj: dict[str, Any], key: str, limit: int, of: str = "") -> str | None:
         """An optional id or name: absent, None and ``""`` are None; over ``limit`` is bad."""

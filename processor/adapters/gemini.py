@@ -40,18 +40,20 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 import orjson
-from pydantic import ValidationError
 
 from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
+from processor.adapters.fields import MAX_NAME, Fields
 from processor.core.errors import AdapterError
-from processor.core.events import FragmentEvent, ResponseStatus, describe_validation_error
+from processor.core.events import FragmentEvent, ResponseStatus
 
 Segment = str | int
 """One step of a ``jsonPath``: an object key or an array index."""
 
 MAX_PATH_DEPTH: Final = 64
-_MAX_NAME: Final = 128
-_MAX_ID: Final = 200
+_MAX_PROVIDER_ID: Final = 200
+"""Gemini's own ids (``responseId``, ``functionCall.id``) are refused above this length, which
+keeps a derived call id ``{response_id}:{position}`` within the wire contract's bound."""
+_F: Final = Fields("gemini")
 
 _PATH_STEP: Final = re.compile(
     r"\.([^.\[\]]+)"  # .key
@@ -87,10 +89,6 @@ class PartialArgsError(AdapterError):
     """Streamed partial arguments that cannot be written as JSON text in document order."""
 
     reason = "partial_args"
-
-
-def _bad_chunk(detail: str) -> AdapterError:
-    return AdapterError("bad_chunk", f"gemini: {detail}")
 
 
 # --------------------------------------------------------------------------- json paths
@@ -315,53 +313,18 @@ class GeminiAdapter(StreamAdapter):
     """One Gemini / Vertex ``streamGenerateContent`` stream (or several, concatenated)."""
 
     provider: ClassVar[str] = "gemini"
+    unit = "chunk"
+    cut_reason = "stream ended before finishReason"
+    refusal = "ignore"
 
     def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
         super().__init__(ctx, now=now)
         self._current: _Response | None = None
         self._finished_ids: set[str] = set()
-        self._responses = 0
-        self._failure: str | None = None
-        self._closed = False
 
-    # -- entry points ----------------------------------------------------------------------
+    # -- the stream --------------------------------------------------------------------------
 
-    def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
-        if self._failure is not None or self._closed:
-            return self._refuse()
-        try:
-            return super().feed(chunk)
-        except AdapterError as exc:
-            self._failure = self._failure or exc.reason
-            raise
-
-    def feed_event(self, event: dict[str, Any]) -> list[FragmentEvent]:
-        if self._failure is not None or self._closed:
-            return self._refuse()
-        try:
-            return self._chunk(event)
-        except AdapterError as exc:
-            self._failure = exc.reason
-            raise
-        except ValidationError as exc:
-            self._failure = "bad_chunk"
-            raise _bad_chunk(describe_validation_error(exc)) from None
-
-    def close(self) -> list[FragmentEvent]:
-        if self._closed:
-            return []
-        self._closed = True
-        if self._failure is not None:
-            return self._end_current(ResponseStatus.ERROR, f"adapter_error: {self._failure}")
-        return self._end_current(ResponseStatus.INCOMPLETE, "stream ended before finishReason")
-
-    def _refuse(self) -> list[FragmentEvent]:
-        self.anomaly("chunk ignored: the stream is closed or failed")
-        if self._failure is None:
-            return []
-        return self._end_current(ResponseStatus.ERROR, f"adapter_error: {self._failure}")
-
-    def _end_current(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
+    def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
         resp = self._current
         if resp is None or resp.finished:
             return []
@@ -369,12 +332,12 @@ class GeminiAdapter(StreamAdapter):
 
     # -- chunks ----------------------------------------------------------------------------
 
-    def _chunk(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
+    def _read_event(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
         if "error" in chunk:
             return self._provider_error(chunk["error"])
         if not _KNOWN_CHUNK_KEYS.intersection(chunk):
-            raise _bad_chunk("unknown chunk (no candidates, usage or response id)")
-        provider_id = _response_id(chunk)
+            raise _F.bad("unknown chunk (no candidates, usage or response id)")
+        provider_id = _F.opt_text(chunk, "responseId", _MAX_PROVIDER_ID)
         candidate = self._primary_candidate(chunk)
         blocked = _prompt_blocked(chunk)
         if candidate is None and not blocked:
@@ -398,7 +361,7 @@ class GeminiAdapter(StreamAdapter):
         if candidates is None:
             return None
         if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
-            raise _bad_chunk("candidates is not a list of objects")
+            raise _F.bad("candidates is not a list of objects")
         if len(candidates) > 1:
             self.anomaly("only candidate 0 is read")
         for candidate in candidates:
@@ -417,9 +380,7 @@ class GeminiAdapter(StreamAdapter):
         if provider_id is not None and provider_id in self._finished_ids:
             self.anomaly("chunk ignored: its response already finished")
             return None
-        number = self._responses
-        self._responses += 1
-        response_id = provider_id or self._event_id("response", number)
+        response_id = self.next_response_id("response", provider_id)
         self._current = _Response(response_id=response_id, provider_id=provider_id)
         return self._current
 
@@ -427,7 +388,7 @@ class GeminiAdapter(StreamAdapter):
         status = error.get("status") if isinstance(error, dict) else None
         word = status if isinstance(status, str) and _ENUM_WORD.fullmatch(status) else "unknown"
         self.anomaly(f"provider error chunk ({word})")
-        return self._end_current(ResponseStatus.FAILED, f"provider_error: {word}")
+        return self._end_open(ResponseStatus.FAILED, f"provider_error: {word}")
 
     def _candidate(
         self, resp: _Response, candidate: dict[str, Any], out: list[FragmentEvent]
@@ -435,7 +396,7 @@ class GeminiAdapter(StreamAdapter):
         """Append the candidate's events part by part, so an inert ending keeps earlier ones."""
         finish = candidate.get("finishReason")
         if finish is not None and not isinstance(finish, str):
-            raise _bad_chunk("finishReason is not a string")
+            raise _F.bad("finishReason is not a string")
         status = _FINISH_STATUS.get(finish, ResponseStatus.INCOMPLETE) if finish else None
         trusted = status in (None, ResponseStatus.COMPLETED)
         for part in _parts(candidate):
@@ -453,7 +414,7 @@ class GeminiAdapter(StreamAdapter):
         if fc is None:
             return out
         if not isinstance(fc, dict):
-            raise _bad_chunk("functionCall is not an object")
+            raise _F.bad("functionCall is not an object")
         if "args" in fc:
             out.extend(self._whole_call(resp, fc))
         elif "name" in fc and not self._continues_open(resp, fc):
@@ -467,11 +428,11 @@ class GeminiAdapter(StreamAdapter):
         if args is None:
             args = {}
         if not isinstance(args, dict) or "partialArgs" in fc:
-            raise _bad_chunk("functionCall args is not an object")
+            raise _F.bad("functionCall args is not an object")
         try:
             text = orjson.dumps(args).decode()
         except orjson.JSONEncodeError:
-            raise _bad_chunk("functionCall args cannot be encoded") from None
+            raise _F.bad("functionCall args cannot be encoded") from None
         provider_id = _call_id(fc)
         if self._is_duplicate(resp, provider_id, _tool_name(fc), text):
             return []
@@ -578,15 +539,13 @@ class GeminiAdapter(StreamAdapter):
         return out
 
     def _finish(self, resp: _Response, status: ResponseStatus, reason: str) -> FragmentEvent:
-        open_calls = resp.unterminated
-        if open_calls:
-            reason = f"{reason}; {open_calls} call(s) without a trusted terminal made inert"
+        inert = resp.unterminated
         resp.finished = True
         resp.open = None
         resp.deferred.clear()
         if resp.provider_id is not None:
             self._finished_ids.add(resp.provider_id)
-        return self.response_ended(resp.response_id, status, reason)
+        return self.response_ended(resp.response_id, status, reason, inert=inert)
 
 
 # --------------------------------------------------------------------------- field readers
@@ -598,33 +557,17 @@ def _parts(candidate: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     parts = content.get("parts", []) if isinstance(content, dict) else None
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
-        raise _bad_chunk("content.parts is not a list of objects")
+        raise _F.bad("content.parts is not a list of objects")
     return parts
 
 
-def _response_id(chunk: dict[str, Any]) -> str | None:
-    value = chunk.get("responseId")
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID:
-        raise _bad_chunk("responseId is not a short string")
-    return value
-
-
 def _tool_name(fc: dict[str, Any]) -> str:
-    name = fc.get("name")
-    if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME:
-        raise _bad_chunk("functionCall name is missing or too long")
-    return name
+    return _F.text(fc, "name", MAX_NAME, "functionCall")
 
 
 def _call_id(fc: dict[str, Any]) -> str | None:
-    value = fc.get("id")
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or len(value) > _MAX_ID:
-        raise _bad_chunk("functionCall id is not a short string")
-    return value
+    """``functionCall.id``; absent or ``""`` is None."""
+    return _F.ident(fc, "id", _MAX_PROVIDER_ID, "functionCall")
 
 
 def _is_empty_call(fc: dict[str, Any]) -> bool:

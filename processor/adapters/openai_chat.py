@@ -77,7 +77,7 @@ def _arguments(function: dict[str, Any]) -> str:
         return value
     if isinstance(value, dict):  # a few servers send the object itself
         return orjson.dumps(value).decode()
-    raise _F.bad("field 'arguments' of a tool call has the wrong type")
+    raise _F.bad("field 'arguments' of a tool call is not a string or an object")
 
 
 # --------------------------------------------------------------------------- state
@@ -119,9 +119,9 @@ class OpenAIChatAdapter(StreamAdapter):
     """One Chat Completions stream → fragment events (see the module docstring)."""
 
     provider: ClassVar[str] = PROVIDER
-    unit: ClassVar[str] = "chunk"
-    cut_reason: ClassVar[str] = "no finish_reason"
-    failure_ending: ClassVar[str] = "bad_chunk"
+    unit = "chunk"
+    cut_reason = "no finish_reason"
+    failure_ending = "bad_chunk"
 
     def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
         super().__init__(ctx, now=now)
@@ -309,11 +309,10 @@ class OpenAIChatAdapter(StreamAdapter):
         error = chunk.get("error")
         details = error if isinstance(error, dict) else chunk
         code = details.get("code") or details.get("type")
-        current = self._current
-        if current is None or current.ended:
+        ended = self._end_open(ResponseStatus.ERROR, shown(code))
+        if not ended:
             self.anomaly("error payload outside an open response")
-            return []
-        return [self._end(current, ResponseStatus.ERROR, shown(code))]
+        return ended
 
     def _end(self, response: _Response, status: ResponseStatus, reason: str) -> FragmentEvent:
         response.ended = True

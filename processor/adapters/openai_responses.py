@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
+from processor.adapters.base import Handler, OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
 from processor.core.events import FragmentEvent, ResponseStatus
 
@@ -86,15 +86,12 @@ class _Response:
         return [c for c in self.calls.values() if not c.ended]
 
 
-Handler = Callable[[dict[str, Any]], list[FragmentEvent]]
-
-
 class OpenAIResponsesAdapter(StreamAdapter):
     """One Responses stream (or several concatenated) → fragment events."""
 
     provider: ClassVar[str] = PROVIDER
-    cut_reason: ClassVar[str] = "stream ended before the response"
-    failure_ending: ClassVar[str] = "bad_chunk"
+    cut_reason = "stream ended before the response"
+    failure_ending = "bad_chunk"
 
     def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
         super().__init__(ctx, now=now)
@@ -220,11 +217,10 @@ class OpenAIResponsesAdapter(StreamAdapter):
         error = event.get("error")
         details = error if isinstance(error, dict) else event
         code = details.get("code") or details.get("type")
-        current = self._current
-        if current is None or current.ended:
+        ended = self._end_open(ResponseStatus.ERROR, shown(code))
+        if not ended:
             self.anomaly("error event outside an open response")
-            return []
-        return [self._end(current, ResponseStatus.ERROR, shown(code))]
+        return ended
 
     def _terminal_response(self, event: dict[str, Any]) -> _Response | None:
         response_id = _F.text(_F.obj(event, "response"), "id", MAX_ID)

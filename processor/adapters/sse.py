@@ -24,8 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-import orjson
-
+from processor.adapters.fields import decode_object
 from processor.core.errors import AdapterError
 
 TextFormat = Literal["sse", "jsonl"]
@@ -156,16 +155,6 @@ def detect_text_format(first_bytes: bytes | str) -> TextFormat:
 # --------------------------------------------------------------------------- provider events
 
 
-def _decode_object(text: str | bytes, where: str) -> dict[str, Any]:
-    try:
-        decoded = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise AdapterError("bad_chunk", f"{where}: payload is not JSON ({exc.msg})") from None
-    if not isinstance(decoded, dict):
-        raise AdapterError("bad_chunk", f"{where}: payload is not a JSON object")
-    return decoded
-
-
 class ProviderEventDecoder:
     """Incremental body → provider event dicts, for SSE and JSON-lines bodies alike.
 
@@ -223,7 +212,7 @@ class ProviderEventDecoder:
         out: list[dict[str, Any]] = []
         for payload in payloads:
             try:
-                out.append(_decode_object(payload, where))
+                out.append(decode_object(payload, where, "payload"))
             except AdapterError as exc:
                 self.done = True
                 if not out:

@@ -90,7 +90,7 @@ _REFUSAL_VIEW: Final[dict[str, tuple[UserState, bool, str]]] = {
     ),
     RefusalCode.QUARANTINED: (UserState.CANCELLED, False, "Held back by an operator for review."),
     RefusalCode.TOOL_DISABLED: (UserState.CANCELLED, False, "This tool is currently disabled."),
-    RefusalCode.CONFIRMATION_DENIED: (UserState.CANCELLED, False, "You declined this action."),
+    RefusalCode.CONFIRMATION_DENIED: (UserState.FAILED, False, "You declined this action."),
     RefusalCode.CONFIRMATION_EXPIRED: (
         UserState.FAILED,
         True,

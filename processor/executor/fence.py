@@ -16,9 +16,13 @@ It mirrors the Assembler's control rules (``processor.core.assembler``), so an e
 whatever a worker would have refused had it seen the same control events first:
 
 - operator commands are applied only when the :class:`~processor.core.authn.CommandVerifier`
-  accepts them (Ed25519 signature, expiry, scope), verified as of their append time, because the
-  worker verified them when it read them; a forged or out-of-scope command changes nothing here
-  either;
+  accepts them (Ed25519 signature, expiry, scope), verified as of their append time (the record
+  timestamp; the worker verified them when it read them, and an executor that starts later
+  replays old commands that have expired since), except that ``tool.enabled`` and
+  ``tenant.resumed`` are verified no earlier than the latest append time seen on the partition,
+  so a replayed permissive command with a forged old timestamp is rejected as expired; a forged
+  or out-of-scope command changes nothing here either (use ``message.timestamp.type=
+  LogAppendTime`` on ``control`` to take producer clocks out of the picture);
 - a repeated ``command_id`` is a replay and is ignored (the copies a fan-out writes land on
   different partitions, and every partition has its own :class:`FenceState`);
 - ``turn.cancelled`` is absorbing; ``turn.started`` binds the actor once (a different actor later
@@ -64,6 +68,8 @@ __all__ = [
     "Requirements",
 ]
 
+CLOCK_SKEW_SECONDS: Final = 60.0
+"""How far a record's append time may lag the latest one seen on its partition."""
 GLOBAL: Final = "*"
 """The tenant slot of a tool disabled for every tenant."""
 
@@ -83,22 +89,6 @@ class RefusalCode(StrEnum):
     CONFIRMATION_WRONG_ACTOR = "confirmation_wrong_actor"
     CONFIRMATION_EXPIRED = "confirmation_expired"
     STALE_DISPATCH = "stale_dispatch"
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether the user sees the call as cancelled (an explicit stop) rather than failed."""
-        return self in _CANCELLING
-
-
-_CANCELLING: Final = frozenset(
-    {
-        RefusalCode.TENANT_STOPPED,
-        RefusalCode.TURN_CANCELLED,
-        RefusalCode.QUARANTINED,
-        RefusalCode.TOOL_DISABLED,
-        RefusalCode.CONFIRMATION_DENIED,
-    }
-)
 
 
 class ApplyOutcome(StrEnum):
@@ -180,6 +170,7 @@ class FenceState:
     confirmations: dict[str, Confirmation] = field(default_factory=dict)
     denials: dict[CallKey, _Flag] = field(default_factory=dict)
     seen_commands: dict[str, float] = field(default_factory=dict)
+    latest_append: float = 0.0
     applied: int = 0
     rejected: int = 0
 
@@ -195,6 +186,8 @@ class FenceState:
 
     def apply(self, event: InputEvent | ControlEvent, at: float) -> ApplyOutcome:
         """Apply one decoded control event appended to ``control`` at time ``at``."""
+        floor = self.latest_append - CLOCK_SKEW_SECONDS
+        self.latest_append = max(self.latest_append, at)
         match event:
             case TurnStarted():
                 return self._on_turn_started(event, at)
@@ -233,7 +226,7 @@ class FenceState:
                 | TenantStopped()
                 | TenantResumed()
             ):
-                return self._on_operator(event, at)
+                return self._on_operator(event, at, floor)
             case _:
                 return ApplyOutcome.IGNORED
 
@@ -245,8 +238,14 @@ class FenceState:
         turn.actor = event.actor
         return self._ok()
 
-    def _on_operator(self, event: OperatorCommand, at: float) -> ApplyOutcome:
-        if self.verifier.verify(event, at) is not None:
+    def _on_operator(self, event: OperatorCommand, at: float, floor: float) -> ApplyOutcome:
+        # A record's timestamp is the producer's (CreateTime) unless the topic uses
+        # LogAppendTime, so a replayed permissive command could carry an old, in-window time.
+        # Permissive commands are verified no earlier than the partition's latest append time
+        # (less the clock skew); restrictive ones at their own time. A forged timestamp can
+        # only ever make the fence stricter.
+        when = max(at, floor) if isinstance(event, ToolEnabled | TenantResumed) else at
+        if self.verifier.verify(event, when) is not None:
             self.rejected += 1
             return ApplyOutcome.REJECTED
         if self._replayed(event.command_id, at):

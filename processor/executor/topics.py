@@ -15,6 +15,8 @@ writes ``status`` plus two topics of its own:
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -32,6 +34,7 @@ __all__ = [
 ]
 
 _TOPIC_ALREADY_EXISTS: Final = 36
+_UNKNOWN_TOPIC: Final = 3
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,14 @@ async def partition_counts(settings: Settings, topics: Iterable[str]) -> dict[st
         described = await admin.describe_topics(list(topics))
     finally:
         await admin.close()
-    return {t["topic"]: len(t["partitions"]) for t in described if not t["error_code"]}
+    return {
+        t["topic"]: len(t["partitions"])
+        for t in described
+        if t["error_code"] != _UNKNOWN_TOPIC and t["partitions"]
+    }
 
 
-async def ensure_executor_topics(settings: Settings) -> None:
+async def ensure_executor_topics(settings: Settings, *, timeout: float = 30.0) -> None:
     """Create ``results`` and ``executions`` if missing (``executions`` like ``dispatch``)."""
     topics = executor_topics(settings)
     counts = await partition_counts(settings, [topics.dispatch, topics.results, topics.executions])
@@ -100,12 +107,29 @@ async def ensure_executor_topics(settings: Settings) -> None:
     await admin.start()
     try:
         response = await admin.create_topics(wanted)
+        for entry in response.topic_errors:
+            name, code = entry[0], entry[1]
+            if code and code != _TOPIC_ALREADY_EXISTS:
+                message = entry[2] if len(entry) > 2 else ""
+                raise ConfigurationError(
+                    "topic_creation_failed", f"{name}: error code {code} {message or ''}".strip()
+                )
+        await _wait_for_leaders(admin, [t.name for t in wanted], timeout)
     finally:
         await admin.close()
-    for entry in response.topic_errors:
-        name, code = entry[0], entry[1]
-        if code and code != _TOPIC_ALREADY_EXISTS:
-            message = entry[2] if len(entry) > 2 else ""
-            raise ConfigurationError(
-                "topic_creation_failed", f"{name}: error code {code} {message or ''}".strip()
-            )
+
+
+async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        described = await admin.describe_topics(names)
+        if all(
+            not t["error_code"]
+            and t["partitions"]
+            and all(p["leader"] >= 0 for p in t["partitions"])
+            for t in described
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise ConfigurationError("topic_creation_failed", f"no leaders for {names}")
+        await asyncio.sleep(0.2)

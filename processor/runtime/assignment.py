@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from aiokafka import ConsumerRebalanceListener
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import TopicPartition
 
 from processor.core.assembler import Assembler
@@ -172,7 +172,8 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                     extra=fields(
                         partition=task.partition,
                         error=type(exc).__name__,
-                        detail=str(exc)[:200],
+                        # Kafka errors only: other messages could quote restored state
+                        detail=str(exc)[:200] if isinstance(exc, KafkaError) else "",
                         retry_in_s=backoff,
                     ),
                 )

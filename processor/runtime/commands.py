@@ -68,7 +68,7 @@ ALLOW_UNSIGNED_WARNING: Final = (
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     worker = subparsers.add_parser("worker", help="run one member of the assembler group")
-    _common_flags(worker)
+    add_common_flags(worker)
     worker.add_argument("--group-id", help="consumer group (default toolcall-assemblers)")
     worker.add_argument("--application-id", help="transactional id prefix")
     worker.add_argument("--tools", help="tool registry file (YAML or JSON)")
@@ -82,16 +82,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     topics = subparsers.add_parser("topics", help="create or describe the processor's topics")
     topics_sub = topics.add_subparsers(dest="topics_command", required=True)
     create = topics_sub.add_parser("create", help="create the missing topics")
-    _common_flags(create)
+    add_common_flags(create)
     create.add_argument("--partitions", type=int, help="partition count of new topics")
     create.add_argument("--replication-factor", type=int, help="replication of new topics")
     create.set_defaults(func=_topics_create_command)
     describe = topics_sub.add_parser("describe", help="show partitions, replication, policies")
-    _common_flags(describe)
+    add_common_flags(describe)
     describe.set_defaults(func=_topics_describe_command)
 
     tail = subparsers.add_parser("tail", help="print committed records of an output topic")
-    _common_flags(tail)
+    add_common_flags(tail)
     tail.add_argument("role", choices=TAIL_ROLES, help="which output topic")
     tail.add_argument("--json", action="store_true", help="one JSON object per record")
     tail.add_argument("--follow", "-f", action="store_true", help="keep reading new records")
@@ -100,7 +100,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tail.set_defaults(func=_tail_command)
 
 
-def _common_flags(parser: argparse.ArgumentParser) -> None:
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """Connection and topic flags shared by every Kafka-facing command (``settings_from_args``)."""
     parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
     parser.add_argument("--topic-prefix", help="topic name prefix (default toolcalls.)")
     parser.add_argument(
@@ -114,6 +115,9 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ssl-certfile")
     parser.add_argument("--ssl-keyfile", help="key password: PROCESSOR_SSL_KEY_PASSWORD")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+
+
+_common_flags = add_common_flags  # the name processor.commands_adapt imports
 
 
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:

@@ -217,9 +217,15 @@ class PartitionTask:
         try:
             return self.assembler.handle_record(payload, source, now)
         except Exception as exc:  # a core bug must not stop the partition
-            log.exception(
+            # no traceback: an exception message from the core could quote argument text
+            log.error(
                 "assembler failed on a record; dead-lettered",
-                extra=fields(partition=self.partition, topic=role, offset=record.offset),
+                extra=fields(
+                    partition=self.partition,
+                    topic=role,
+                    offset=record.offset,
+                    error=type(exc).__name__,
+                ),
             )
             detail = f"internal error {type(exc).__name__}"
             return [self.assembler.dead_letter(payload, source, "internal_error", detail, now)]

@@ -31,6 +31,7 @@ from typing import Any, Final
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler
@@ -165,7 +166,14 @@ class Worker:
                     with contextlib.suppress(asyncio.CancelledError):
                         await fetch
                     break  # stopping; nothing was handed to us
-                batch = fetch.result()
+                try:
+                    batch = fetch.result()
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    log.warning("poll failed; retrying", extra=fields(error=type(exc).__name__))
+                    await asyncio.sleep(1.0)
+                    continue
                 async with self.manager.lock:
                     self._step_started = time.monotonic()
                     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 from pydantic import BaseModel
@@ -125,9 +125,7 @@ def call_events(
     eid = f"{tenant}.{turn}.{response}.{call_id}"
     size = max(1, -(-len(arguments) // pieces))
     chunks = [arguments[i : i + size] for i in range(0, len(arguments), size)]
-    events: list[FragmentEvent] = [
-        CallStarted(**base, event_id=f"{eid}.s", tool=tool, actor=actor)
-    ]
+    events: list[FragmentEvent] = [CallStarted(**base, event_id=f"{eid}.s", tool=tool, actor=actor)]
     events += [
         CallDelta(**base, event_id=f"{eid}.d{n}", seq=n, delta=c)
         for n, c in enumerate(chunks, start=1)
@@ -335,7 +333,9 @@ class Runtime:
             await self._producer.start()
         return self._producer
 
-    async def publish(self, events: Sequence[FragmentEvent], traceparent: str | None = None) -> None:
+    async def publish(
+        self, events: Sequence[FragmentEvent], traceparent: str | None = None
+    ) -> None:
         """Publish as ``processor adapt --publish`` does (one shared idempotent producer)."""
         if self._publisher is None:
             self._publisher = Publisher(self.settings)
@@ -354,9 +354,7 @@ class Runtime:
         producer = await self.producer()
         key = (getattr(event, "tenant", None) or "*").encode()
         for p in range(self.partitions):
-            await producer.send_and_wait(
-                self.topics.control, encode(event), key=key, partition=p
-            )
+            await producer.send_and_wait(self.topics.control, encode(event), key=key, partition=p)
 
     async def raw_fragment(self, value: bytes, key: bytes = b"x/y") -> None:
         producer = await self.producer()
@@ -377,8 +375,6 @@ class Runtime:
 
     async def read_uncommitted(self, role: str) -> list[dict[str, Any]]:
         """Every record of an output topic including aborted ones (``read_uncommitted``)."""
-        from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
-
         consumer = AIOKafkaConsumer(
             group_id=None, isolation_level="read_uncommitted", **self.settings.kafka_client_kwargs()
         )
@@ -407,8 +403,6 @@ class Runtime:
             committed = await admin.list_consumer_group_offsets(self.settings.group_id)
         finally:
             await admin.close()
-        from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
-
         consumer = AIOKafkaConsumer(
             group_id=None, isolation_level="read_committed", **self.settings.kafka_client_kwargs()
         )

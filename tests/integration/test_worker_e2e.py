@@ -8,9 +8,14 @@ worker subprocess does the rest. Everything is read back with ``read_committed``
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from processor.adapters.anthropic import AnthropicMessagesAdapter
@@ -18,7 +23,7 @@ from processor.adapters.base import StreamAdapter, TurnContext
 from processor.adapters.openai_chat import OpenAIChatAdapter
 from processor.adapters.sse import iter_provider_events
 from processor.core.events import FragmentEvent
-from tests.integration.conftest import Runtime, turn_started, wait_until
+from tests.integration.conftest import REPO_ROOT, Runtime, turn_started, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +103,9 @@ async def test_recordings_to_dispatch_exactly_once(runtime: Runtime) -> None:
     await runtime.wait_caught_up()
     dispatches = await runtime.dispatches()
 
-    got = {(d["tenant"], d["turn_id"], d["call_id"]): (d["tool"], d["arguments"]) for d in dispatches}
+    got = {
+        (d["tenant"], d["turn_id"], d["call_id"]): (d["tool"], d["arguments"]) for d in dispatches
+    }
     assert got == EXPECTED
     assert len(dispatches) == len(EXPECTED)  # exactly once
     assert len({d["dispatch_id"] for d in dispatches}) == len(EXPECTED)
@@ -126,6 +133,27 @@ async def test_recordings_to_dispatch_exactly_once(runtime: Runtime) -> None:
     assert 'toolcall_deadletters_total{reason="wrong_topic"} 1.0' in text
     assert "toolcall_restore_duration_seconds_count" in text
     assert (await worker.readiness())["ready"] == list(range(runtime.partitions))
+    assert worker._get("/healthz")[0] == 200
+
+    # the same records through `processor tail dispatch --json` (read_committed)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+    env.update(runtime.env_settings)
+    tail = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "processor.runtime", "tail", "dispatch", "--json"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert tail.returncode == 0, tail.stderr
+    lines = [orjson.loads(line) for line in tail.stdout.splitlines()]
+    assert sorted(line["value"]["dispatch_id"] for line in lines) == sorted(
+        d["dispatch_id"] for d in dispatches
+    )
+    assert {line["traceparent"] for line in lines} == {t[4] for t in TURNS}
 
     worker.terminate()
     assert await worker.wait_exit(timeout=30) == 0

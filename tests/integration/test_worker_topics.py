@@ -42,7 +42,9 @@ async def test_topics_create_and_describe(kafka_bootstrap: str, topic_prefix: st
             names.all().values()
         )
 
-        described = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "describe")
+        described = await asyncio.to_thread(
+            _run, kafka_bootstrap, topic_prefix, "topics", "describe"
+        )
         assert described.returncode == 0, described.stderr
         rows = {line.split()[0]: line for line in described.stdout.splitlines()}
         assert set(rows) == set(names.all())
@@ -62,9 +64,7 @@ async def test_partition_counts_that_differ_are_refused(
     kafka_bootstrap: str, topic_prefix: str, tmp_path
 ) -> None:
     names = TopicNames.from_prefix(topic_prefix)
-    await create_topics(
-        kafka_bootstrap, {names.fragments: 3, names.control: 2, names.changelog: 3}
-    )
+    await create_topics(kafka_bootstrap, {names.fragments: 3, names.control: 2, names.changelog: 3})
     try:
         created = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "create")
         assert created.returncode == 2

@@ -263,6 +263,22 @@ def test_replayed_resume_does_not_undo_a_later_stop() -> None:
     assert code(fence) is RefusalCode.TENANT_STOPPED
 
 
+def test_replayed_permissive_command_with_an_old_timestamp_is_expired() -> None:
+    fence = bound_fence()
+    resume = signed(TenantResumed, ttl=300, tenant="acme")
+    stop = signed(TenantStopped, ttl=300, tenant="acme")
+    later = NOW + 3600
+    assert fence.apply(stop, later - 10) is ApplyOutcome.REJECTED  # expired when appended
+    fence.apply(signed(TenantStopped, ttl=300, tenant="acme"), NOW + 100)
+    fence.apply(started(turn="t9"), later)  # the partition's clock moves on
+    # the resume is replayed with its original (forged, in-window) timestamp: rejected
+    assert fence.apply(resume, NOW + 100) is ApplyOutcome.REJECTED
+    assert code(fence) is RefusalCode.TENANT_STOPPED
+    # a restrictive command with an old timestamp still applies (the fence only gets stricter)
+    quarantine = signed(ResponseQuarantined, tenant="acme", turn_id="t1", response_id="r1")
+    assert fence.apply(quarantine, NOW + 100) is ApplyOutcome.APPLIED
+
+
 def test_undecodable_and_fragment_records_are_ignored() -> None:
     fence = bound_fence()
     assert fence.apply_record(b"not json", NOW) is ApplyOutcome.UNDECODABLE
