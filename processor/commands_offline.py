@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import orjson
 
-from processor.core.assembler import Assembler, RecordSource
+from processor.core.assembler import Assembler
 from processor.core.errors import ProcessorError
 from processor.core.events import (
     OUTPUT_TOPIC,
@@ -28,6 +28,7 @@ from processor.core.events import (
     Proposal,
     Status,
 )
+from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
 from processor.core.states import mermaid
 from processor.schema_export import check_schemas, export_schemas
@@ -107,7 +108,8 @@ def text_line(record: OutputRecord) -> bytes:
                 f"  affected={len(record.affected)}"
             )
         case DeadLetter():
-            text = f"DEAD      {record.source_topic}@{record.offset}: {record.reason} {record.detail}"
+            where = f"{record.source_topic}@{record.offset}"
+            text = f"DEAD      {where}: {record.reason} {record.detail}"
     return text.encode() + b"\n"
 
 

@@ -19,7 +19,6 @@ The order of a call's life, and the only road to ``dispatch``::
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from processor.core import outputs
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.buffer import CallBuffer, DeltaOutcome
 from processor.core.control import (
@@ -39,7 +39,6 @@ from processor.core.control import (
 )
 from processor.core.errors import AssemblyError, DuplicateConflict, RecordRejected, SequenceGap
 from processor.core.events import (
-    Audit,
     AuditOutcome,
     CallConfirmed,
     CallDelta,
@@ -48,16 +47,12 @@ from processor.core.events import (
     CallKey,
     CallStarted,
     DeadLetter,
-    Dispatch,
     InputEvent,
-    Ledger,
     OperatorCommand,
     OutputRecord,
-    Proposal,
     ResponseEnded,
     ResponseQuarantined,
     ResponseStatus,
-    Status,
     TenantResumed,
     TenantStopped,
     ToolDisabled,
@@ -68,10 +63,13 @@ from processor.core.events import (
     decode_input,
     stable_id,
 )
+from processor.core.outputs import RecordSource
 from processor.core.policy import Limits, permission
 from processor.core.registry import Registry, ValidationContext
 from processor.core.states import CallState, TerminalReason, Trigger
 from processor.core.validation import Rejected, validate_call
+
+__all__ = ["Assembler", "RecordSource", "StateChange"]
 
 _RESPONSE_END_REASON = {
     ResponseStatus.COMPLETED: TerminalReason.INCOMPLETE,  # the response ended, the call did not
@@ -80,31 +78,6 @@ _RESPONSE_END_REASON = {
     ResponseStatus.ERROR: TerminalReason.RESPONSE_FAILED,
     ResponseStatus.CANCELLED: TerminalReason.RESPONSE_FAILED,
 }
-
-_STATUS_MESSAGE = {
-    TerminalReason.USER_STOP: "Stopped at your request.",
-    TerminalReason.SUPERSEDED: "Replaced by your newer message.",
-    TerminalReason.CONNECTION_LOST: "The connection was lost before the request was complete.",
-    TerminalReason.TURN_CANCELLED: "This turn was cancelled.",
-    TerminalReason.QUARANTINED: "Held back by an operator for review.",
-    TerminalReason.TOOL_DISABLED: "This tool is currently disabled.",
-    TerminalReason.TENANT_STOPPED: (
-        "Actions are paused for your organisation; a person will follow up."
-    ),
-    TerminalReason.PERMISSION_DENIED: "You are not allowed to use this tool.",
-    TerminalReason.UNKNOWN_TOOL: "The assistant asked for a tool that does not exist.",
-    TerminalReason.CONFIRMATION_DENIED: "You declined this action.",
-    TerminalReason.CONFIRMATION_EXPIRED: "The confirmation window closed before you answered.",
-}
-
-
-@dataclass(frozen=True)
-class RecordSource:
-    """Where a raw record came from (for dead letters)."""
-
-    topic: str
-    partition: int
-    offset: int
 
 
 @dataclass(frozen=True)
@@ -201,17 +174,7 @@ class Assembler:
     def dead_letter(
         self, payload: bytes, source: RecordSource, reason: str, detail: str, now: float
     ) -> DeadLetter:
-        return DeadLetter(
-            deadletter_id=stable_id(source.topic, str(source.partition), str(source.offset)),
-            source_topic=source.topic,
-            partition=source.partition,
-            offset=source.offset,
-            reason=reason,
-            detail=detail,
-            payload_bytes=len(payload),
-            payload_sha256=hashlib.sha256(payload).hexdigest(),
-            ts=now,
-        )
+        return outputs.dead_letter(payload, source, reason, detail, now)
 
     # ================================================================== statistics
 
@@ -266,7 +229,7 @@ class Assembler:
             return
         if is_new and buf.state is CallState.COLLECTING:
             out.insert(
-                0, self._status(buf, UserState.PREPARING, False, "Preparing the request.", now)
+                0, outputs.status(buf, UserState.PREPARING, False, "Preparing the request.", now)
             )
         self._touch(buf)
 
@@ -400,9 +363,9 @@ class Assembler:
         if declaration.requires_confirmation:
             buf.expires_at = now + declaration.confirmation_ttl_seconds
             self._touch(buf)
-            out.append(self._proposal(buf, now))
+            out.append(outputs.proposal(buf, now))
             message = "Waiting for your confirmation."
-            out.append(self._status(buf, UserState.AWAITING_CONFIRMATION, False, message, now))
+            out.append(outputs.status(buf, UserState.AWAITING_CONFIRMATION, False, message, now))
             return
         self._dispatch(buf, None, now, out)
 
@@ -412,21 +375,7 @@ class Assembler:
         assert buf.arguments is not None and buf.args_digest is not None
         assert buf.tool_name is not None and buf.terminal_event_id is not None
         buf.dispatch_id = stable_id("dispatch", buf.key.encoded(), buf.terminal_event_id)
-        out.append(
-            Dispatch(
-                **_key_fields(buf.key),
-                dispatch_id=buf.dispatch_id,
-                tool=buf.tool_name,
-                tool_version=buf.tool_version or "",
-                arguments=buf.arguments,
-                args_digest=buf.args_digest,
-                actor=buf.actor or "",
-                provider=buf.provider or "",
-                terminal_event_id=buf.terminal_event_id,
-                confirmation_ref=confirmation,
-                ts=now,
-            )
-        )
+        out.append(outputs.dispatch(buf, confirmation, now))
         self._terminate(buf, TerminalReason.DISPATCHED, now, out)
 
     # ================================================================== control: turns and users
@@ -434,7 +383,7 @@ class Assembler:
     def _on_turn_started(self, event: TurnStarted, now: float, out: list[OutputRecord]) -> None:
         turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
         if turn.actor is not None and turn.actor != event.actor:
-            out.append(self._audit(event, AuditOutcome.REJECTED, "actor_rebind", [], now))
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, "actor_rebind", [], now))
             return
         turn.actor, turn.session = event.actor, event.session
         self._mark(turn_state_key(event.tenant, event.turn_id))
@@ -451,7 +400,7 @@ class Assembler:
             turn.cancelled = reason.value
             self._mark(turn_state_key(event.tenant, event.turn_id))
         affected = self._stop(self._turn_calls(event.tenant, event.turn_id), reason, now, out)
-        out.append(self._audit(event, AuditOutcome.APPLIED, None, affected, now))
+        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, affected, now))
 
     def _on_confirmed(self, event: CallConfirmed, now: float, out: list[OutputRecord]) -> None:
         if self._replayed(event, now, out):
@@ -463,9 +412,9 @@ class Assembler:
         if problem is not None or buf is None:
             if problem == "expired" and buf is not None:
                 self._terminate(buf, TerminalReason.CONFIRMATION_EXPIRED, now, out)
-            out.append(self._audit(event, AuditOutcome.REJECTED, problem, [], now))
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
             return
-        out.append(self._audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
+        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
         self._dispatch(buf, event.command_id, now, out)
 
     def _on_denied(self, event: CallDenied, now: float, out: list[OutputRecord]) -> None:
@@ -474,9 +423,9 @@ class Assembler:
         buf = self.calls.get(event.key)
         problem = self._confirmation_problem(buf, event.actor, now)
         if problem is not None or buf is None:
-            out.append(self._audit(event, AuditOutcome.REJECTED, problem, [], now))
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
             return
-        out.append(self._audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
+        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
         self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
 
     def _confirmation_problem(self, buf: CallBuffer | None, actor: str, now: float) -> str | None:
@@ -494,7 +443,7 @@ class Assembler:
     def _on_operator(self, event: OperatorCommand, now: float, out: list[OutputRecord]) -> None:
         rejection = self.verifier.verify(event, now)
         if rejection is not None:
-            out.append(self._audit(event, AuditOutcome.REJECTED, rejection, [], now))
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, rejection, [], now))
             return
         if self._replayed(event, now, out):
             return
@@ -542,7 +491,7 @@ class Assembler:
             case TenantResumed():
                 self.control.stopped_tenants.pop(event.tenant, None)
                 self._mark("tenant:" + event.tenant)
-        out.append(self._audit(event, AuditOutcome.APPLIED, None, affected, now))
+        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, affected, now))
 
     def _canonical_tool(self, name: str) -> str:
         resolution = self.registry.resolve(name)
@@ -556,7 +505,7 @@ class Assembler:
     ) -> bool:
         """Remember the command id; a second sight of it is a replay, audited and ignored."""
         if event.command_id in self.control.seen_commands:
-            out.append(self._audit(event, AuditOutcome.REJECTED, "replayed", [], now))
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, "replayed", [], now))
             return True
         self.control.seen_commands[event.command_id] = now
         self._mark("cmd:" + event.command_id)
@@ -613,19 +562,8 @@ class Assembler:
         buf.terminate(reason, now)
         self._ended.append((now, buf.key))
         self._touch(buf)
-        out.append(self._ledger(buf, now))
-        if reason is TerminalReason.DISPATCHED:
-            out.append(self._status(buf, UserState.DISPATCHED, False, "Request sent.", now))
-            return
-        state = UserState.CANCELLED if buf.state is CallState.CANCELLED else UserState.FAILED
-        message = _STATUS_MESSAGE.get(reason)
-        if message is None:
-            message = (
-                "The request could not be completed; asking again may work."
-                if reason.retry_possible
-                else "The request could not be completed."
-            )
-        out.append(self._status(buf, state, reason.retry_possible, message, now))
+        out.append(outputs.ledger(buf, now))
+        out.append(outputs.terminal_status(buf, now))
 
     def _touch(self, buf: CallBuffer) -> None:
         self._mark("call:" + buf.key.encoded())
@@ -663,76 +601,6 @@ class Assembler:
     def _declaration(self, buf: CallBuffer) -> Any:
         resolution = self.registry.resolve(buf.tool) if buf.tool else None
         return resolution.declaration if resolution else None
-
-    def _status(
-        self, buf: CallBuffer, state: UserState, retry: bool, message: str, now: float
-    ) -> Status:
-        return Status(
-            **_key_fields(buf.key),
-            status_id=stable_id("status", buf.key.encoded(), state.value),
-            tool=buf.tool_name or buf.tool,
-            state=state,
-            retry_possible=retry,
-            message=message,
-            ts=now,
-        )
-
-    def _ledger(self, buf: CallBuffer, now: float) -> Ledger:
-        dispatched = buf.state is CallState.DISPATCHED
-        return Ledger(
-            **_key_fields(buf.key),
-            ledger_id=stable_id("ledger", buf.key.encoded()),
-            tool=buf.tool_name or buf.tool,
-            tool_version=buf.tool_version,
-            alias_used=buf.alias_used,
-            state=buf.state.value,
-            terminal_reason=buf.reason.value if buf.reason else None,
-            fragment_count=buf.fragment_count,
-            duplicate_count=buf.duplicate_count,
-            bytes=buf.byte_count,
-            parse_result=buf.parse_result,
-            validation_result=buf.validation_result,
-            dispatch_decision="dispatched" if dispatched else "not_dispatched",
-            dispatch_id=buf.dispatch_id,
-            args_digest=buf.args_digest,
-            ts=now,
-        )
-
-    def _proposal(self, buf: CallBuffer, now: float) -> Proposal:
-        assert buf.arguments is not None and buf.args_digest is not None
-        assert buf.expires_at is not None
-        return Proposal(
-            **_key_fields(buf.key),
-            proposal_id=stable_id("proposal", buf.key.encoded(), buf.args_digest),
-            tool=buf.tool_name or "",
-            tool_version=buf.tool_version or "",
-            arguments=buf.arguments,
-            args_digest=buf.args_digest,
-            actor=buf.actor or "",
-            expires_at=buf.expires_at,
-            ts=now,
-        )
-
-    def _audit(
-        self,
-        event: TurnStarted | TurnCancelled | CallConfirmed | CallDenied | OperatorCommand,
-        outcome: AuditOutcome,
-        rejection: str | None,
-        affected: Iterable[CallKey],
-        now: float,
-    ) -> Audit:
-        return Audit(
-            audit_id=stable_id("audit", event.command_id, outcome.value, rejection or ""),
-            command_id=event.command_id,
-            command_type=event.type,
-            issued_by=event.issued_by,
-            tenant=event.tenant,
-            reason=event.reason,
-            outcome=outcome,
-            rejection=rejection,
-            affected=sorted(affected, key=lambda k: k.as_tuple),
-            ts=now,
-        )
 
     # ================================================================== changelog
 
@@ -774,16 +642,6 @@ class Assembler:
 
 
 # ====================================================================== helpers
-
-
-def _key_fields(key: CallKey) -> dict[str, str]:
-    return {
-        "tenant": key.tenant,
-        "turn_id": key.turn_id,
-        "response_id": key.response_id,
-        "item_id": key.item_id,
-        "call_id": key.call_id,
-    }
 
 
 def _event_time(event: InputEvent) -> float:

@@ -128,6 +128,13 @@ def test_close_ends_an_open_response_with_the_cut_reason_once() -> None:
     assert info.value.reason == "adapter_closed"
 
 
+def test_abort_ends_open_responses_as_errors_not_as_cuts() -> None:
+    adapter = _Toy()
+    adapter.feed({"open": "r1"})
+    assert endings(adapter.abort("bad_frame")) == [("error", "adapter_error: bad_frame")]
+    assert adapter.abort("bad_frame") == []
+
+
 def test_ignoring_refusal_ends_the_open_response_at_the_next_chunk() -> None:
     adapter = _Ignoring()
     adapter.feed({"open": "r1"})

@@ -28,6 +28,7 @@ from processor.ops import audit as audit_cli
 from processor.ops import ctl as ctl_cli
 from processor.ops.ctl import ControlWriter, sign_command
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
+from processor.runtime.tail import read_records
 from processor.toolsfile import load_registry
 from tests.integration.conftest import Runtime, WorkerProcess, call_events, wait_until
 from tests.integration.test_executor_fence import (
@@ -482,7 +483,7 @@ async def test_operator_commands_refuse_to_run_unsigned(
     code, out = await cli(runtime, "ctl", "stop-tenant", "--tenant", "acme", "--reason", "x")
     assert code == 2 and out == ""
     assert "operator commands are signed" in capsys.readouterr().err
-    assert await runtime.read_uncommitted("status") == []
+    assert [r async for r in read_records(runtime.settings, runtime.topics.control)] == []
     with pytest.raises(SystemExit):  # a reason is required
         _parser().parse_args(["ctl", "stop-tenant", "--tenant", "acme"])
 
