@@ -38,7 +38,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -484,7 +484,7 @@ class ExecutorClient:
             return
         await self._execute(owned, dispatch, headers, registration, claim)
 
-    async def _after_claim(self, write: Any) -> None:
+    async def _after_claim(self, write: Awaitable[None]) -> None:
         """Record the end of a claimed call; if that cannot be written, the claim stays and the
         next owner of the partition reports the call ``unknown`` (it is never run again)."""
         try:

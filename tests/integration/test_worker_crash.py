@@ -86,12 +86,20 @@ async def test_kill_9_mid_batch_then_restart_dispatches_each_call_once(runtime: 
 
     await wait_until(cancels_applied, timeout=60, what="cancellations applied")
 
+    killed = asyncio.Event()
+    produced: list[int] = []
+
     async def produce() -> None:
-        for i in range(TURNS):
+        # at least TURNS turns, and keep the worker busy until it is killed, then 10 more
+        after_kill = 0
+        while len(produced) < TURNS or not killed.is_set() or after_kill < 10:
+            after_kill += killed.is_set()
+            i = len(produced)
             turn = f"k-{i}"
             await runtime.control(turn_started("acme", turn))
             args = f'{{"city": "City number {i}", "country": "C{i % 10}", "units": "c"}}'
             await runtime.publish(call_events("acme", turn, "call_0", args, pieces=8))
+            produced.append(i)
             await asyncio.sleep(0.02)
 
     producing = asyncio.create_task(produce())
@@ -102,14 +110,13 @@ async def test_kill_9_mid_batch_then_restart_dispatches_each_call_once(runtime: 
     await wait_until(some_dispatched, timeout=60, interval=0.2, what="first dispatches")
     # SIGKILL inside a transaction: no revocation, no abort, the transaction stays open
     assert await kill_inside_a_transaction(runtime, w1.proc.pid)
+    killed.set()
     assert await w1.wait_exit(10) == -9
     await producing
 
     w2 = runtime.start_worker("w2", **small_batches)
     await w2.wait_ready(timeout=90)
-    expected = sorted(
-        ("acme", f"k-{i}", "call_0") for i in range(TURNS) if f"k-{i}" not in CANCELLED
-    )
+    expected = sorted(("acme", f"k-{i}", "call_0") for i in produced if f"k-{i}" not in CANCELLED)
 
     async def all_dispatched() -> bool:
         return len(await runtime.dispatches()) >= len(expected) and await runtime.caught_up()
