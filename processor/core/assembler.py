@@ -110,6 +110,7 @@ class Assembler:
         self._open_per_tenant: dict[str, int] = {}
         self._ended: deque[tuple[float, CallKey]] = deque()  # in order of ended_at
         self._ended_sorted = True
+        self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
         self.late_events = 0  # events for absorbing calls, ignored (a delivery condition)
         self.duplicate_deltas = 0
 
@@ -260,7 +261,7 @@ class Assembler:
 
     def _apply_delta(self, buf: CallBuffer, event: CallDelta) -> None:
         if buf.state is CallState.TERMINAL_CANDIDATE:
-            if buf.chunks[event.seq - 1 : event.seq] == [event.delta]:
+            if buf.texts.get(event.seq) == event.delta:
                 buf.duplicate_count += 1
                 self.duplicate_deltas += 1
                 return
@@ -276,6 +277,8 @@ class Assembler:
         )
         if outcome is DeltaOutcome.DUPLICATE:
             self.duplicate_deltas += 1
+        else:
+            self._mark(_text_key(buf.key, event.seq))
         if buf.state is CallState.ABSENT:
             buf.fire(Trigger.DELTA)
 
@@ -329,7 +332,7 @@ class Assembler:
         buf.tool_name, buf.tool_version = declaration.name, declaration.version
         buf.alias_used = resolution.alias_used
         if text is None:
-            text = "".join(buf.chunks).encode("utf-8")
+            text = buf.text()
         ctx = ValidationContext(
             tenant=buf.key.tenant,
             turn_id=buf.key.turn_id,
@@ -359,7 +362,7 @@ class Assembler:
         buf.fire(Trigger.VALIDATE)
         buf.arguments, buf.args_digest = result.arguments, result.args_digest
         buf.awaiting_binding_since = None
-        buf.chunks, buf.pending, buf.scanner = [], {}, None  # the object is all we keep now
+        self._drop_text(buf)  # the validated object is all we keep now
         if declaration.requires_confirmation:
             buf.expires_at = now + declaration.confirmation_ttl_seconds
             self._touch(buf)
@@ -559,7 +562,7 @@ class Assembler:
         self, buf: CallBuffer, reason: TerminalReason, now: float, out: list[OutputRecord]
     ) -> None:
         self._uncount(buf)
-        buf.terminate(reason, now)
+        self._mark_texts(buf, buf.terminate(reason, now))
         self._ended.append((now, buf.key))
         self._touch(buf)
         out.append(outputs.ledger(buf, now))
@@ -567,6 +570,13 @@ class Assembler:
 
     def _touch(self, buf: CallBuffer) -> None:
         self._mark("call:" + buf.key.encoded())
+
+    def _drop_text(self, buf: CallBuffer) -> None:
+        self._mark_texts(buf, buf.drop_text())
+
+    def _mark_texts(self, buf: CallBuffer, positions: Iterable[int]) -> None:
+        for position in positions:
+            self._mark(_text_key(buf.key, position))
 
     def _mark(self, key: str) -> None:
         self._dirty.add(key)
@@ -613,24 +623,36 @@ class Assembler:
         self._dirty.clear()
         return changes
 
-    def _snapshot_entry(self, key: str) -> dict[str, Any] | None:
+    def _snapshot_entry(self, key: str) -> Any:
         if key.startswith("call:"):
-            t, u, r, i, c = orjson.loads(key[5:])
-            buf = self.calls.get(CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c))
+            buf = self.calls.get(_call_key(key[5:]))
             return buf.snapshot() if buf else None
+        if key.startswith("text:"):
+            call_key, position = _parse_text_key(key)
+            buf = self.calls.get(call_key)
+            return buf.texts.get(position) if buf else None
         return self.control.snapshot_entry(key)
 
     def restore(self, key: str, value: bytes | None) -> None:
         """Apply one changelog record (the last one per key wins, as in a compacted topic)."""
         data = orjson.loads(value) if value is not None else None
+        if key.startswith("text:"):
+            call_key, position = _parse_text_key(key)
+            owner = self.calls.get(call_key)
+            texts = owner.texts if owner else self._restored_texts.setdefault(call_key, {})
+            if data is None:
+                texts.pop(position, None)
+            else:
+                texts[position] = data
+            return
         if key.startswith("call:"):
-            t, u, r, i, c = orjson.loads(key[5:])
-            call_key = CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c)
+            call_key = _call_key(key[5:])
             old = self.calls.pop(call_key, None)
             if old is not None:
                 self._uncount(old)
             if data is not None:
                 buf = CallBuffer.from_snapshot(data)
+                buf.texts = old.texts if old else self._restored_texts.pop(call_key, {})
                 self.calls[call_key] = buf
                 if not buf.state.absorbing:
                     self._count(buf)
@@ -642,6 +664,20 @@ class Assembler:
 
 
 # ====================================================================== helpers
+
+
+def _text_key(key: CallKey, position: int) -> str:
+    return "text:" + orjson.dumps([*key.as_tuple, position]).decode()
+
+
+def _parse_text_key(key: str) -> tuple[CallKey, int]:
+    t, u, r, i, c, position = orjson.loads(key[5:])
+    return CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c), int(position)
+
+
+def _call_key(encoded: str) -> CallKey:
+    t, u, r, i, c = orjson.loads(encoded)
+    return CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c)
 
 
 def _event_time(event: InputEvent) -> float:

@@ -6,6 +6,11 @@ fails early; positions that arrive ahead of a gap wait in a bounded reordering w
 delta at an accepted position is a delivery condition: identical text is ignored (counted),
 different text fails the call. Deltas of different calls never meet: each call has its own buffer.
 
+Persistence is incremental: :meth:`CallBuffer.snapshot` holds the compact facts only, and each
+delta text is its own changelog record, written once (and deleted once the text is dropped), so
+a call's changelog volume is linear in its size. The scanner is not persisted: after a restore it
+is rebuilt by re-scanning the contiguous prefix once, on the next delta or at the terminal.
+
 The buffer knows nothing of turns, tools or Kafka; the Assembler decides what its outcomes mean.
 """
 
@@ -33,8 +38,8 @@ class CallBuffer:
     tool: str | None = None  # the name as the model wrote it
     actor: str | None = None
     provider: str | None = None
-    chunks: list[str] = field(default_factory=list)  # positions 1..len(chunks), contiguous
-    pending: dict[int, str] = field(default_factory=dict)  # positions beyond a gap
+    texts: dict[int, str] = field(default_factory=dict)  # accepted deltas by position
+    contiguous: int = 0  # positions 1..contiguous are scanned; later ones wait beyond a gap
     byte_count: int = 0
     fragment_count: int = 0
     duplicate_count: int = 0
@@ -64,21 +69,21 @@ class CallBuffer:
     def fire(self, trigger: Trigger) -> None:
         self.state = next_state(self.state, trigger)
 
-    def terminate(self, reason: TerminalReason, now: float) -> None:
+    def terminate(self, reason: TerminalReason, now: float) -> list[int]:
+        """Enter an absorbing state; returns the positions whose text was dropped."""
         self.fire(reason.trigger)
         self.reason = reason
         self.ended_at = now
-        self.release()
+        self.arguments = None  # dispatched, cancelled or failed: no argument value is kept
+        return self.drop_text()
 
-    def release(self) -> None:
-        """Drop argument text: an inert or dispatched call keeps only its compact facts."""
-        self.chunks = []
-        self.pending = {}
+    def drop_text(self) -> list[int]:
+        """Forget the argument text (after validation or at the end); returns its positions."""
+        positions = sorted(self.texts)
+        self.texts = {}
+        self.contiguous = 0
         self.scanner = None
-        if self.state in (CallState.CANCELLED, CallState.FAILED):
-            self.arguments = None
-        if self.state is CallState.DISPATCHED:
-            self.arguments = None
+        return positions
 
     @property
     def open(self) -> bool:
@@ -91,7 +96,7 @@ class CallBuffer:
         self, seq: int, text: str, *, max_bytes: int, max_deltas: int, max_window: int, depth: int
     ) -> DeltaOutcome:
         """Place one delta. Raises LimitExceeded, MalformedJson or a duplicate conflict."""
-        known = self._text_at(seq)
+        known = self.texts.get(seq)
         if known is not None:
             if known != text:
                 raise DuplicateConflict(detail=f"position {seq} arrived twice with different text")
@@ -102,79 +107,65 @@ class CallBuffer:
             raise LimitExceeded("size_limit", f"arguments exceed {max_bytes} bytes")
         if self.fragment_count + 1 > max_deltas:
             raise LimitExceeded("size_limit", f"more than {max_deltas} deltas")
-        if seq > len(self.chunks) + 1 and len(self.pending) >= max_window:
+        waiting = len(self.texts) - self.contiguous
+        if seq > self.contiguous + 1 and waiting >= max_window:
             raise LimitExceeded("sequence_gap", f"reordering window of {max_window} exceeded")
         self.byte_count += size
         self.fragment_count += 1
-        self.pending[seq] = text
+        self.texts[seq] = text
         self._advance(depth)
         return DeltaOutcome.ACCEPTED
 
-    def _text_at(self, seq: int) -> str | None:
-        if seq <= len(self.chunks):
-            return self.chunks[seq - 1]
-        return self.pending.get(seq)
-
     def _advance(self, depth: int) -> None:
+        """Scan every position that has become contiguous (rebuilding the scanner if needed)."""
         if self.scanner is None:
             self.scanner = JsonSyntaxScanner(max_depth=depth)
-        while (nxt := len(self.chunks) + 1) in self.pending:
-            text = self.pending.pop(nxt)
-            self.scanner.feed(text)
-            self.chunks.append(text)
+            for position in range(1, self.contiguous + 1):  # once, after a restore
+                self.scanner.feed(self.texts[position])
+        while (nxt := self.contiguous + 1) in self.texts:
+            self.scanner.feed(self.texts[nxt])
+            self.contiguous = nxt
+
+    def text(self) -> bytes:
+        """The assembled UTF-8 text of positions 1..contiguous."""
+        try:
+            joined = "".join(self.texts[p] for p in range(1, self.contiguous + 1))
+            return joined.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MalformedJson(detail="arguments contain a lone surrogate") from None
 
     def finish(self, end_seq: int, depth: int) -> bytes:
         """At the terminal event: every position 1..end_seq-1 present, the JSON complete.
 
         Returns the assembled UTF-8 text for the one strict parse.
         """
-        if self.pending or len(self.chunks) != end_seq - 1:
-            missing = end_seq - 1 - len(self.chunks)
+        self._advance(depth)
+        if len(self.texts) != self.contiguous or self.contiguous != end_seq - 1:
+            missing = end_seq - 1 - self.contiguous
+            waiting = len(self.texts) - self.contiguous
             raise SequenceGap(
-                detail=f"terminal at position {end_seq} with {len(self.chunks)} contiguous "
-                f"deltas ({missing} missing, {len(self.pending)} beyond a gap)"
+                detail=f"terminal at position {end_seq} with {self.contiguous} contiguous "
+                f"deltas ({missing} missing, {waiting} beyond a gap)"
             )
-        if self.scanner is None:
-            self.scanner = JsonSyntaxScanner(max_depth=depth)
+        assert self.scanner is not None
         self.scanner.finish()
-        try:
-            return "".join(self.chunks).encode("utf-8")
-        except UnicodeEncodeError:
-            raise MalformedJson(detail="arguments contain a lone surrogate") from None
+        return self.text()
 
     # -- persistence (the state changelog) -----------------------------------------------
 
+    _FACTS = (
+        "tool", "actor", "provider", "contiguous", "byte_count", "fragment_count",
+        "duplicate_count", "started_at", "last_activity", "terminal_event_id",
+        "provider_arguments", "tool_name", "tool_version", "alias_used", "arguments",
+        "args_digest", "expires_at", "awaiting_binding_since", "dispatch_id", "parse_result",
+        "validation_result", "ended_at",
+    )  # fmt: skip
+
     def snapshot(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "key": list(self.key.as_tuple),
-            "state": self.state.value,
-            "tool": self.tool,
-            "actor": self.actor,
-            "provider": self.provider,
-            "byte_count": self.byte_count,
-            "fragment_count": self.fragment_count,
-            "duplicate_count": self.duplicate_count,
-            "started_at": self.started_at,
-            "last_activity": self.last_activity,
-            "terminal_event_id": self.terminal_event_id,
-            "tool_name": self.tool_name,
-            "tool_version": self.tool_version,
-            "alias_used": self.alias_used,
-            "args_digest": self.args_digest,
-            "expires_at": self.expires_at,
-            "awaiting_binding_since": self.awaiting_binding_since,
-            "reason": self.reason.value if self.reason else None,
-            "dispatch_id": self.dispatch_id,
-            "parse_result": self.parse_result,
-            "validation_result": self.validation_result,
-            "ended_at": self.ended_at,
-        }
-        if self.open:
-            data["chunks"] = self.chunks
-            data["pending"] = {str(k): v for k, v in self.pending.items()}
-            data["scanner"] = self.scanner.snapshot() if self.scanner else None
-            data["provider_arguments"] = self.provider_arguments
-            data["arguments"] = self.arguments
+        """The compact facts (delta texts are separate records, see the module docstring)."""
+        data: dict[str, Any] = {"key": list(self.key.as_tuple), "state": self.state.value}
+        data.update({name: getattr(self, name) for name in self._FACTS})
+        data["reason"] = self.reason.value if self.reason else None
         return data
 
     @classmethod
@@ -182,18 +173,8 @@ class CallBuffer:
         t, u, r, i, c = data["key"]
         buf = cls(key=CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c))
         buf.state = CallState(data["state"])
-        for name in (
-            "tool", "actor", "provider", "byte_count", "fragment_count", "duplicate_count",
-            "started_at", "last_activity", "terminal_event_id", "tool_name", "tool_version",
-            "alias_used", "args_digest", "expires_at", "awaiting_binding_since", "dispatch_id",
-            "parse_result", "validation_result", "ended_at",
-        ):  # fmt: skip
+        for name in cls._FACTS:
             setattr(buf, name, data.get(name))
+        buf.contiguous = buf.contiguous or 0
         buf.reason = TerminalReason(data["reason"]) if data.get("reason") else None
-        buf.chunks = list(data.get("chunks") or [])
-        buf.pending = {int(k): v for k, v in (data.get("pending") or {}).items()}
-        scanner = data.get("scanner")
-        buf.scanner = JsonSyntaxScanner.from_snapshot(scanner) if scanner else None
-        buf.provider_arguments = data.get("provider_arguments")
-        buf.arguments = data.get("arguments")
         return buf
