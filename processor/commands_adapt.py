@@ -30,6 +30,8 @@ from processor.adapters.openai_responses import OpenAIResponsesAdapter
 from processor.adapters.sse import ProviderEventDecoder
 from processor.core.errors import AdapterError
 from processor.core.events import FragmentEvent, TurnStarted, encode, stable_id
+from processor.runtime.commands import add_common_flags, settings_from_args
+from processor.runtime.publish import publish_events
 
 PROVIDERS: Final[dict[str, type[StreamAdapter]]] = {
     "openai-responses": OpenAIResponsesAdapter,
@@ -44,8 +46,6 @@ READ_SIZE: Final = 64 * 1024
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from processor.runtime.commands import _common_flags as common_flags
-
     adapt = subparsers.add_parser("adapt", help="normalise a provider stream into fragment events")
     adapt.add_argument("--provider", required=True, choices=sorted(PROVIDERS))
     adapt.add_argument("--tenant", required=True)
@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     adapt.add_argument("--publish", action="store_true", help="publish to the fragments topic")
     adapt.add_argument("--traceparent", help="W3C trace context to attach (with --publish)")
     adapt.add_argument("file", nargs="?", default="-", help="the provider body, or - for stdin")
-    common_flags(adapt)
+    add_common_flags(adapt)
     adapt.set_defaults(func=_adapt_command)
 
 
@@ -162,9 +162,6 @@ def _write_line(data: bytes) -> None:
 
 
 def _publish(args: argparse.Namespace, events: list[FragmentEvent]) -> None:
-    from processor.runtime.commands import settings_from_args
-    from processor.runtime.publish import publish_events
-
     settings = settings_from_args(args)
     count = asyncio.run(publish_events(settings, events, args.traceparent))
     print(f"published {count} fragment events to {settings.topics.fragments}", file=sys.stderr)

@@ -198,7 +198,7 @@ def _docker_engine_answers() -> bool:
 
 def _testcontainers_importable() -> bool:
     try:
-        import testcontainers.core.container  # noqa: F401, PLC0415
+        import testcontainers.core.container  # noqa: F401
     except Exception:
         return False
     return True
@@ -226,7 +226,7 @@ def _start_testcontainer():  # type: ignore[no-untyped-def]
     maps a free host port 1:1 and advertises it; the broker settings mirror
     scripts/kafka-local.
     """
-    from testcontainers.core.container import DockerContainer  # noqa: PLC0415
+    from testcontainers.core.container import DockerContainer
 
     image = os.environ.get("KAFKA_IMAGE", f"apache/kafka:{_pom_kafka_version()}")
     port = _free_port()

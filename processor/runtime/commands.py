@@ -117,9 +117,6 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
 
 
-_common_flags = add_common_flags  # the name processor.commands_adapt imports
-
-
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
     """Settings from the environment, overridden by every flag that was given."""
     overrides: dict[str, Any] = {}
