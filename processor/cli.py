@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from processor import commands_adapt, commands_offline
+from processor.executor import commands as executor_commands
+from processor.ops import audit as audit_commands
+from processor.ops import ctl as ctl_commands
 from processor.runtime import commands as runtime_commands
 
 
@@ -19,7 +22,14 @@ class _CommandModule(Protocol):
     def register(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
 
 
-COMMAND_MODULES: tuple[_CommandModule, ...] = (commands_offline, commands_adapt, runtime_commands)
+COMMAND_MODULES: tuple[_CommandModule, ...] = (
+    commands_offline,
+    commands_adapt,
+    runtime_commands,
+    executor_commands,
+    ctl_commands,
+    audit_commands,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ import orjson
 from pydantic import BaseModel, TypeAdapter
 
 from processor.core import events
+from processor.executor.records import ExecutionEntry, ExecutionResult
 
 SCHEMA_SOURCES: dict[str, Any] = {
     "fragment-event": events.FragmentEvent,
@@ -20,6 +21,8 @@ SCHEMA_SOURCES: dict[str, Any] = {
     "ledger": events.Ledger,
     "audit": events.Audit,
     "deadletter": events.DeadLetter,
+    "execution-result": ExecutionResult,
+    "execution-entry": ExecutionEntry,
 }
 
 
