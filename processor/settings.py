@@ -21,13 +21,21 @@ complete for the chosen mechanism.
 from __future__ import annotations
 
 import dataclasses
+import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from processor.core.policy import Limits
 
@@ -58,7 +66,12 @@ class LimitsSettings(BaseModel):
 
 @dataclass(frozen=True)
 class TopicNames:
-    """Every topic name of one deployment, derived from a prefix."""
+    """Every topic name of one deployment, derived from a prefix.
+
+    The assembler workers read ``fragments`` and ``control`` and write the outputs and the
+    ``changelog``; executors read ``dispatch`` and ``control`` and write ``status``, ``results``
+    and their at-most-once ledger ``executions``.
+    """
 
     fragments: str
     control: str
@@ -69,6 +82,8 @@ class TopicNames:
     audit: str
     deadletter: str
     changelog: str
+    results: str
+    executions: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> TopicNames:
@@ -82,6 +97,8 @@ class TopicNames:
             audit=f"{prefix}audit",
             deadletter=f"{prefix}deadletter",
             changelog=f"{prefix}assembler-changelog",
+            results=f"{prefix}results",
+            executions=f"{prefix}executions",
         )
 
     def output(self, kind: str) -> str:
@@ -138,13 +155,18 @@ class Settings(BaseSettings):
     audit_cleanup_policy: CleanupPolicy = "delete"
     audit_retention_ms: int = -1  # forever
     deadletter_retention_ms: int = 14 * _DAY_MS
+    # the executors' at-most-once ledger: compacted, and kept forever (-1) or at least as long as
+    # dispatch records (output_retention_ms), so no dispatch record outlives the entry saying it ran
+    executions_retention_ms: int = Field(default=-1, ge=-1)
     max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0)  # changelog/dispatch values
 
     # -- the assembler group -----------------------------------------------------------------
     group_id: str = "toolcall-assemblers"
     application_id: str = "toolcall-assembler"  # transactional ids are f"{application_id}-{p}"
     tools_file: Path | None = None
-    keyring_file: Path | None = None
+    # operator public keys: keyring files and/or folders of *.keyring.yaml files, merged; from the
+    # environment one path or several separated by os.pathsep (":" on POSIX)
+    keyring_file: Annotated[tuple[Path, ...] | None, NoDecode] = None
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
     batch_max_records: int = Field(default=500, gt=0)
@@ -163,6 +185,21 @@ class Settings(BaseSettings):
     # all interfaces by default: liveness/readiness probes reach the pod address
     metrics_host: str = "0.0.0.0"  # noqa: S104
     log_level: str = "INFO"
+
+    @field_validator("keyring_file", mode="before")
+    @classmethod
+    def _path_list(cls, value: Any) -> Any:
+        """One path, a list of paths, or paths joined by ``os.pathsep``; empty means none."""
+        if value is None:
+            return None
+        items = value if isinstance(value, list | tuple) else [value]
+        paths: list[Any] = []
+        for item in items:
+            if isinstance(item, str):
+                paths.extend(part for part in item.split(os.pathsep) if part.strip())
+            else:
+                paths.append(item)
+        return tuple(paths) or None
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -186,6 +223,12 @@ class Settings(BaseSettings):
                 raise ValueError("sasl_mechanism OAUTHBEARER needs sasl_oauth_token")
         elif uses_sasl and (self.sasl_username is None or self.sasl_password is None):
             raise ValueError(f"sasl_mechanism {self.sasl_mechanism} needs username and password")
+        if 0 <= self.executions_retention_ms < self.output_retention_ms:
+            raise ValueError(
+                f"executions_retention_ms ({self.executions_retention_ms}) must be -1 (forever) or "
+                f"at least output_retention_ms ({self.output_retention_ms}): a dispatch record "
+                "must not outlive the ledger entry that says it ran"
+            )
         if not self.topic_prefix.strip() == self.topic_prefix:
             raise ValueError("topic_prefix must not start or end with whitespace")
         return self

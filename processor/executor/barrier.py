@@ -33,10 +33,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from processor.core.errors import ConfigurationError, ProcessorError
 from processor.executor.fence import ApplyOutcome, FenceState
-from processor.executor.topics import partition_counts
+from processor.observability import metrics
+from processor.runtime.clients import committed_reader, read_to_end
+from processor.runtime.topics import partition_count
 from processor.settings import Settings
 
 __all__ = ["BarrierTimeout", "ControlBarrier", "murmur2", "partition_for"]
@@ -106,17 +109,10 @@ class ControlBarrier:
         return self._partitions
 
     async def start(self) -> None:
-        consumer = AIOKafkaConsumer(
-            **self.settings.kafka_client_kwargs(),
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            **self._extra,
-        )
+        consumer = committed_reader(self.settings, **self._extra)
         await consumer.start()
         try:
-            partitions = (await partition_counts(self.settings, [self.topic])).get(self.topic, 0)
+            partitions = await partition_count(self.settings, self.topic)
             if not partitions:
                 raise ConfigurationError("missing_topic", f"topic {self.topic!r} does not exist")
             consumer.assign([TopicPartition(self.topic, p) for p in range(partitions)])
@@ -153,24 +149,20 @@ class ControlBarrier:
         tp = TopicPartition(self.topic, partition)
         state = self._states[partition]
         deadline = time.monotonic() + timeout
+
+        def apply(record: ConsumerRecord) -> None:
+            if record.value is None:
+                return
+            # the broker's append time: control uses LogAppendTime (processor.runtime.topics)
+            outcome = state.apply_record(record.value, record.timestamp / 1000.0)
+            self.applied[outcome] += 1
+            metrics.EXECUTOR_CONTROL_RECORDS.labels(outcome.value).inc()
+
         async with self._lock:
-            ends = await consumer.end_offsets([tp])
-            end = ends[tp]
-            while await consumer.position(tp) < end:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    position = await consumer.position(tp)
-                    raise BarrierTimeout(
-                        detail=f"{self.topic}[{partition}] at {position}, end {end}"
-                    )
-                batches = await consumer.getmany(
-                    tp, timeout_ms=int(min(remaining, 0.5) * 1000), max_records=1000
-                )
-                for record in batches.get(tp, ()):
-                    if record.value is None:
-                        continue
-                    outcome = state.apply_record(record.value, record.timestamp / 1000.0)
-                    self.applied[outcome] += 1
+            end = (await consumer.end_offsets([tp]))[tp]
+            if not await read_to_end(consumer, tp, end, apply, deadline=deadline, max_records=1000):
+                position = await consumer.position(tp)
+                raise BarrierTimeout(detail=f"{self.topic}[{partition}] at {position}, end {end}")
         return state
 
     def forget(self, horizon: float) -> int:

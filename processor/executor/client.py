@@ -52,7 +52,6 @@ from processor.core.authn import CommandVerifier
 from processor.core.errors import ConfigurationError
 from processor.core.events import CallKey, Dispatch, Status, UserState, encode, stable_id
 from processor.core.registry import Registry
-from processor.executor import metrics
 from processor.executor.barrier import BarrierTimeout, ControlBarrier
 from processor.executor.fence import FenceState, Refusal, RefusalCode, Requirements
 from processor.executor.handlers import Call, ExecutionFailed, Handlers, Registration
@@ -64,8 +63,9 @@ from processor.executor.records import (
     ExecutionResult,
     entry_key,
 )
-from processor.executor.topics import executor_topics, partition_counts
+from processor.observability import metrics
 from processor.observability.logging import fields
+from processor.runtime.topics import partition_counts
 from processor.settings import Settings
 
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStats"]
@@ -129,6 +129,15 @@ class ExecutorStats:
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def skip(self, why: str) -> None:
+        """Count a record not run: ``undecodable``, ``other_tool`` or ``duplicate``."""
+        if why == "duplicate":
+            self.duplicates += 1
+        elif why == "other_tool":
+            self.other_tools += 1
+        else:
+            self.undecodable += 1
 
 
 class _Fenced(Exception):
@@ -194,7 +203,7 @@ class ExecutorClient:
         self.group = group
         self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
         self.registry = registry
-        self.topics = executor_topics(settings)
+        self.topics = settings.topics
         self.stats = ExecutorStats()
         self.assigned = asyncio.Event()
         self._verifier = verifier
@@ -415,27 +424,21 @@ class ExecutorClient:
         try:
             dispatch = Dispatch.model_validate_json(record.value or b"")
         except ValidationError:
-            self.stats.undecodable += 1
-            metrics.SKIPPED.labels("undecodable").inc()
             log.warning(
                 "not a dispatch record; skipped",
                 extra=fields(partition=owned.partition, offset=record.offset),
             )
-            owned.pending_offset = next_offset
+            self._skip(owned, next_offset, "undecodable")
             return
         if not self.handlers.handles(dispatch.tool):
-            self.stats.other_tools += 1
-            metrics.SKIPPED.labels("other_tool").inc()
-            owned.pending_offset = next_offset
+            self._skip(owned, next_offset, "other_tool")
             return
         if dispatch.dispatch_id in owned.entries:
-            self.stats.duplicates += 1
-            metrics.SKIPPED.labels("duplicate").inc()
             log.info(
                 "dispatch already in the ledger; not run again",
                 extra=fields(dispatch_id=dispatch.dispatch_id, tool=dispatch.tool),
             )
-            owned.pending_offset = next_offset
+            self._skip(owned, next_offset, "duplicate")
             return
         headers = _trace_headers(record)
         where = (owned.partition, record.offset)
@@ -484,6 +487,12 @@ class ExecutorClient:
             return
         await self._execute(owned, dispatch, headers, registration, claim)
 
+    def _skip(self, owned: _Owned, next_offset: int, why: str) -> None:
+        """Pass over a record that is not run; its offset goes with the next transaction."""
+        self.stats.skip(why)
+        metrics.EXECUTOR_SKIPPED.labels(why).inc()
+        owned.pending_offset = next_offset
+
     async def _after_claim(self, write: Awaitable[None]) -> None:
         """Record the end of a claimed call; if that cannot be written, the claim stays and the
         next owner of the partition reports the call ``unknown`` (it is never run again)."""
@@ -525,7 +534,7 @@ class ExecutorClient:
                     raise _Stopping from None
                 await asyncio.sleep(0.5)
                 continue
-            metrics.BARRIER_SECONDS.observe(time.monotonic() - started)
+            metrics.EXECUTOR_BARRIER_DURATION.observe(time.monotonic() - started)
             return state.check(dispatch, self._clock(), requirements)
 
     async def _execute(
@@ -569,7 +578,7 @@ class ExecutorClient:
                 "handler_exception",
                 type(exc).__name__,
             )
-        metrics.HANDLER_SECONDS.labels(dispatch.tool).observe(time.monotonic() - began)
+        metrics.EXECUTOR_HANDLER_DURATION.labels(dispatch.tool).observe(time.monotonic() - began)
         now = self._clock()
         result = ExecutionResult.for_dispatch(
             dispatch,
@@ -719,11 +728,7 @@ class ExecutorClient:
     ) -> _Out:
         state, retry, message = view
         status = Status(
-            tenant=key.tenant,
-            turn_id=key.turn_id,
-            response_id=key.response_id,
-            item_id=key.item_id,
-            call_id=key.call_id,
+            **key.model_dump(),
             status_id=stable_id("status", key.encoded(), "executor", self.group, why),
             tool=tool,
             state=state,
@@ -808,7 +813,7 @@ class ExecutorClient:
 
     def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
         self.stats.count(outcome.value)
-        metrics.OUTCOMES.labels(tool, outcome.value, reason or "").inc()
+        metrics.EXECUTOR_OUTCOMES.labels(tool, outcome.value, reason or "").inc()
 
     def _maybe_forget(self) -> None:
         now = self._clock()

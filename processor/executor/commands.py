@@ -13,7 +13,8 @@ Settings come from the environment (``PROCESSOR_*``, :mod:`processor.settings`) 
 flags winning. The keyring (``--keyring`` / ``PROCESSOR_KEYRING_FILE``) authenticates operator
 commands the fence reads from ``control``; without one the executor refuses to start unless
 ``--allow-unsigned-operators`` is given (tests and local demos only). ``--create-topics`` creates
-``results`` and ``executions`` when missing.
+the deployment's missing topics first, ``results`` and ``executions`` included, as ``processor
+topics create`` does (local demos; a deployment creates its topics once, beforehand).
 
 Exit codes: 0 after a graceful stop (SIGTERM / SIGINT), 1 on a runtime failure, 2 on a
 configuration problem.
@@ -30,15 +31,14 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from pydantic import ValidationError
-
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.errors import ProcessorError
 from processor.executor.client import DEFAULT_GROUP, ExecutorClient
 from processor.executor.handlers import load_handlers
-from processor.executor.topics import ensure_executor_topics
 from processor.observability.logging import configure_logging, fields
-from processor.ops.ctl import connection_flags, settings_from
+from processor.runtime import topics as runtime_topics
+from processor.runtime.clients import admin_client
+from processor.runtime.commands import KEYRING_HELP, add_connection_flags, load_settings
 from processor.settings import Settings
 
 __all__ = ["register"]
@@ -55,15 +55,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     executor = subparsers.add_parser("executor", help="run tool handlers on dispatched calls")
     sub = executor.add_subparsers(dest="executor_command", required=True, metavar="ACTION")
     run = sub.add_parser("run", help="join an executor group and run handlers")
-    connection_flags(run)
+    add_connection_flags(run)
     run.add_argument("--handlers", required=True, metavar="MODULE:OBJECT")
     run.add_argument("--app-dir", default=".", help="put this folder on sys.path (default .)")
     run.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group ({DEFAULT_GROUP})")
     run.add_argument("--executor-id", help="this member's name (default host-pid)")
     run.add_argument("--tools", help="tool registry: aliases, requires_confirmation, TTLs")
-    run.add_argument("--keyring", help="operator public keys (PROCESSOR_KEYRING_FILE)")
+    run.add_argument("--keyring", action="append", help=f"{KEYRING_HELP} (PROCESSOR_KEYRING_FILE)")
     run.add_argument("--allow-unsigned-operators", action="store_true", help=argparse.SUPPRESS)
-    run.add_argument("--create-topics", action="store_true", help="create results/executions")
+    run.add_argument("--create-topics", action="store_true", help="create missing topics first")
     run.add_argument("--barrier-timeout", type=float, default=30.0, help="seconds")
     run.add_argument("--batch-size", type=int, default=20, help="dispatch records per poll")
     run.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
@@ -71,21 +71,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.set_defaults(func=_run_command)
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return settings_from(
+def _run_command(args: argparse.Namespace) -> int:
+    settings = load_settings(
         args,
+        "processor executor",
         tools_file=args.tools,
         keyring_file=args.keyring,
         metrics_port=args.metrics_port,
-        log_level=args.log_level,
     )
-
-
-def _run_command(args: argparse.Namespace) -> int:
-    try:
-        settings = _settings(args)
-    except ValidationError as exc:
-        print(f"processor executor: invalid settings:\n{exc}", file=sys.stderr)
+    if settings is None:
         return 2
     configure_logging(settings.log_level)
     app_dir = str(Path(args.app_dir).resolve())
@@ -114,7 +108,7 @@ def _run_command(args: argparse.Namespace) -> int:
     )
     try:
         return asyncio.run(_serve(client, create_topics=args.create_topics))
-    except ProcessorError as exc:
+    except (ProcessorError, runtime_topics.TopicLayoutError) as exc:
         print(f"processor executor: {exc}", file=sys.stderr)
         return 2
 
@@ -123,7 +117,7 @@ def _verifier(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
     if settings.keyring_file is not None:
         from processor.ops.signing import Keyring  # noqa: PLC0415
 
-        return Keyring.load(settings.keyring_file)
+        return Keyring.load(*settings.keyring_file)
     if allow_unsigned:
         log.warning(UNSIGNED_WARNING)
         print(f"WARNING: {UNSIGNED_WARNING}", file=sys.stderr)
@@ -138,7 +132,8 @@ def _verifier(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
 async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
     settings = client.settings
     if create_topics:
-        await ensure_executor_topics(settings)
+        async with admin_client(settings) as admin:
+            await runtime_topics.create_topics(settings, admin)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -21,8 +21,10 @@ whatever a worker would have refused had it seen the same control events first:
   replays old commands that have expired since), except that ``tool.enabled`` and
   ``tenant.resumed`` are verified no earlier than the latest append time seen on the partition,
   so a replayed permissive command with a forged old timestamp is rejected as expired; a forged
-  or out-of-scope command changes nothing here either (use ``message.timestamp.type=
-  LogAppendTime`` on ``control`` to take producer clocks out of the picture);
+  or out-of-scope command changes nothing here either. ``processor topics create`` gives
+  ``control`` ``message.timestamp.type=LogAppendTime``, so the append time is the broker's and
+  producer clocks are out of the picture; the floor still guards a ``control`` topic created
+  with producer timestamps (CreateTime);
 - a repeated ``command_id`` is a replay and is ignored (the copies a fan-out writes land on
   different partitions, and every partition has its own :class:`FenceState`);
 - ``turn.cancelled`` is absorbing; ``turn.started`` binds the actor once (a different actor later
@@ -239,8 +241,8 @@ class FenceState:
         return self._ok()
 
     def _on_operator(self, event: OperatorCommand, at: float, floor: float) -> ApplyOutcome:
-        # A record's timestamp is the producer's (CreateTime) unless the topic uses
-        # LogAppendTime, so a replayed permissive command could carry an old, in-window time.
+        # ``control`` is created with LogAppendTime (the broker's clock); on a topic created
+        # with CreateTime, a replayed permissive command could carry an old, in-window time.
         # Permissive commands are verified no earlier than the partition's latest append time
         # (less the clock skew); restrictive ones at their own time. A forged timestamp can
         # only ever make the fence stricter.

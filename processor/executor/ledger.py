@@ -37,11 +37,12 @@ import logging
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 from pydantic import ValidationError
 
 from processor.executor.barrier import BarrierTimeout
 from processor.executor.records import ExecutionEntry
+from processor.runtime.clients import committed_reader, read_to_end
 from processor.settings import Settings
 
 __all__ = ["restore_ledger_partition"]
@@ -65,42 +66,31 @@ async def restore_ledger_partition(
     offset), never "until the last record", because the partition may end with transaction
     markers. An empty partition is normal.
     """
-    consumer = AIOKafkaConsumer(
-        **settings.kafka_client_kwargs(),
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        **(consumer_kwargs or {}),
-    )
+    consumer = committed_reader(settings, **(consumer_kwargs or {}))
     tp = TopicPartition(topic, partition)
     entries: dict[str, ExecutionEntry] = {}
+
+    def apply(record: ConsumerRecord) -> None:
+        if record.value is None:
+            return
+        try:
+            entry = ExecutionEntry.model_validate_json(record.value)
+        except ValidationError:
+            log.warning(
+                "ledger %s[%d]@%d: not an execution entry, skipped", topic, partition, record.offset
+            )
+            return
+        if entry.group == group:
+            entries[entry.dispatch_id] = entry
+
     deadline = time.monotonic() + timeout
     await consumer.start()
     try:
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
         end = (await consumer.end_offsets([tp]))[tp]
-        while await consumer.position(tp) < end:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise BarrierTimeout(detail=f"restoring {topic}[{partition}] timed out")
-            batches = await consumer.getmany(tp, timeout_ms=int(min(remaining, 0.5) * 1000))
-            for record in batches.get(tp, ()):
-                if record.value is None:
-                    continue
-                try:
-                    entry = ExecutionEntry.model_validate_json(record.value)
-                except ValidationError:
-                    log.warning(
-                        "ledger %s[%d]@%d: not an execution entry, skipped",
-                        topic,
-                        partition,
-                        record.offset,
-                    )
-                    continue
-                if entry.group == group:
-                    entries[entry.dispatch_id] = entry
+        if not await read_to_end(consumer, tp, end, apply, deadline=deadline):
+            raise BarrierTimeout(detail=f"restoring {topic}[{partition}] timed out")
     finally:
         await consumer.stop()
     return entries

@@ -19,12 +19,12 @@ example a booking reference): handlers must not echo the call's arguments into i
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict, Unpack
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
 
-from processor.core.events import CallKey, Dispatch, stable_id
+from processor.core.events import Dispatch, Id, Name, Reason, stable_id
+from processor.core.events import _CallRecord as CallRecord
 
 __all__ = [
     "MAX_OUTPUT_BYTES",
@@ -34,10 +34,6 @@ __all__ = [
     "ExecutionResult",
     "entry_key",
 ]
-
-Id = Annotated[str, Field(min_length=1, max_length=256)]
-Name = Annotated[str, Field(min_length=1, max_length=128)]
-Short = Annotated[str, Field(max_length=512)]
 
 MAX_OUTPUT_BYTES: Final = 64 * 1024
 """A handler's encoded output larger than this is dropped from the result (``output_too_large``)."""
@@ -65,28 +61,18 @@ class EntryState(StrEnum):
         return self is not EntryState.CLAIMED
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ResultDetails(TypedDict, total=False):
+    """The optional fields of an :class:`ExecutionResult` (keyword arguments of its builders)."""
 
-    v: Literal[1] = 1
-    tenant: Id
-    turn_id: Id
-    response_id: Id
-    item_id: Id
-    call_id: Id
-
-    @property
-    def key(self) -> CallKey:
-        return CallKey(
-            tenant=self.tenant,
-            turn_id=self.turn_id,
-            response_id=self.response_id,
-            item_id=self.item_id,
-            call_id=self.call_id,
-        )
+    reason: str | None
+    blocked_by: str | None
+    retry_possible: bool
+    detail: str
+    output: dict[str, Any] | None
+    started_at: float | None
 
 
-class ExecutionResult(_Record):
+class ExecutionResult(CallRecord):
     """What became of one dispatched call in one executor group. Never argument values."""
 
     type: Literal["execution.result"] = "execution.result"
@@ -97,12 +83,12 @@ class ExecutionResult(_Record):
     executor_group: Id
     executor_id: Id
     outcome: ExecutionOutcome
-    reason: Short | None = None
+    reason: Reason | None = None
     """The refusal code (fence), the handler's failure code, or why the outcome is unknown."""
     blocked_by: Id | None = None
     """The control command id that caused a refusal, where one did."""
     retry_possible: bool = False
-    detail: Short = ""
+    detail: Reason = ""
     output: dict[str, Any] | None = None
     started_at: float | None = None
     ts: float
@@ -116,25 +102,10 @@ class ExecutionResult(_Record):
         executor_id: str,
         outcome: ExecutionOutcome,
         ts: float,
-        reason: str | None = None,
-        blocked_by: str | None = None,
-        retry_possible: bool = False,
-        detail: str = "",
-        output: dict[str, Any] | None = None,
-        started_at: float | None = None,
+        **details: Unpack[ResultDetails],
     ) -> ExecutionResult:
-        return cls.from_entry(
-            ExecutionEntry.for_dispatch(dispatch, group, executor_id, EntryState.CLAIMED, ts),
-            outcome=outcome,
-            executor_id=executor_id,
-            ts=ts,
-            reason=reason,
-            blocked_by=blocked_by,
-            retry_possible=retry_possible,
-            detail=detail,
-            output=output,
-            started_at=started_at,
-        )
+        entry = ExecutionEntry.for_dispatch(dispatch, group, executor_id, EntryState.CLAIMED, ts)
+        return cls.from_entry(entry, outcome=outcome, executor_id=executor_id, ts=ts, **details)
 
     @classmethod
     def from_entry(
@@ -144,21 +115,14 @@ class ExecutionResult(_Record):
         outcome: ExecutionOutcome,
         executor_id: str,
         ts: float,
-        reason: str | None = None,
-        blocked_by: str | None = None,
-        retry_possible: bool = False,
-        detail: str = "",
-        output: dict[str, Any] | None = None,
-        started_at: float | None = None,
+        **details: Unpack[ResultDetails],
     ) -> ExecutionResult:
+        output = details.get("output")
+        detail = details.get("detail", "")
         if output is not None and len(orjson.dumps(output)) > MAX_OUTPUT_BYTES:
             output, detail = None, detail or "output_too_large"
         return cls(
-            tenant=entry.tenant,
-            turn_id=entry.turn_id,
-            response_id=entry.response_id,
-            item_id=entry.item_id,
-            call_id=entry.call_id,
+            **entry.key.model_dump(),
             result_id=stable_id("result", entry.group, entry.dispatch_id),
             dispatch_id=entry.dispatch_id,
             tool=entry.tool,
@@ -166,17 +130,17 @@ class ExecutionResult(_Record):
             executor_group=entry.group,
             executor_id=executor_id,
             outcome=outcome,
-            reason=reason,
-            blocked_by=blocked_by,
-            retry_possible=retry_possible,
+            reason=details.get("reason"),
+            blocked_by=details.get("blocked_by"),
+            retry_possible=details.get("retry_possible", False),
             detail=detail[:512],
             output=output,
-            started_at=started_at,
+            started_at=details.get("started_at"),
             ts=ts,
         )
 
 
-class ExecutionEntry(_Record):
+class ExecutionEntry(CallRecord):
     """One ledger entry of the ``executions`` topic (the last one per key wins)."""
 
     type: Literal["execution.entry"] = "execution.entry"
@@ -203,11 +167,7 @@ class ExecutionEntry(_Record):
         offset: int = -1,
     ) -> ExecutionEntry:
         return cls(
-            tenant=dispatch.tenant,
-            turn_id=dispatch.turn_id,
-            response_id=dispatch.response_id,
-            item_id=dispatch.item_id,
-            call_id=dispatch.call_id,
+            **dispatch.key.model_dump(),
             group=group,
             dispatch_id=dispatch.dispatch_id,
             state=state,

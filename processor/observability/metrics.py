@@ -1,10 +1,13 @@
 """Every Prometheus metric of the processor, defined here and nowhere else.
 
-Naming: one prefix (``toolcall_``), base units as suffixes (``_seconds``, ``_bytes``), ``_total``
-on counters (prometheus-client appends it to the counter names given below). Labels are bounded:
-a topic *role* (``fragments``, ``control``, ``dispatch``, …), a partition number (bounded by the
-partition count), a terminal reason or dead-letter reason (closed vocabularies), an abort cause
-(a small fixed set). Never call ids, turn ids, tenants or argument values (invariant 8).
+Naming: one prefix (``toolcall_``; ``toolcall_executor_`` for the executor client), base units
+as suffixes (``_seconds``, ``_bytes``), ``_total`` on counters (prometheus-client appends it to
+the counter names given below, so they are written without it). Labels are bounded: a topic
+*role* (``fragments``, ``control``, ``dispatch``, …), a partition number (bounded by the
+partition count), a terminal reason, refusal code or dead-letter reason (closed vocabularies), a
+handler's failure code (chosen by the handler's code), a tool name (bounded by the registry and
+the handlers an executor registers), an abort cause (a small fixed set). Never call ids, turn
+ids, tenants or argument values (invariant 8).
 
 All objects live in the default registry, so one process exposes them on one endpoint
 (:mod:`processor.observability.health`).
@@ -20,6 +23,7 @@ _LATENCY_BUCKETS: Final = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
 _RESTORE_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+_BARRIER_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 # -- consumption ---------------------------------------------------------------------------
 
@@ -128,4 +132,35 @@ RESTORE_FAILURES: Final = Counter(
 PUBLISHED_EVENTS: Final = Counter(
     "toolcall_published_events",
     "Fragment events published to the fragments topic by adapters.",
+)
+
+# -- executor client -----------------------------------------------------------------------
+
+EXECUTOR_OUTCOMES: Final = Counter(
+    "toolcall_executor_outcomes",
+    "Dispatched calls by tool and outcome (succeeded, failed, refused, unknown) and reason code.",
+    ["tool", "outcome", "reason"],
+)
+EXECUTOR_SKIPPED: Final = Counter(
+    "toolcall_executor_skipped",
+    "Dispatch records not run: duplicate (dispatch id already in the ledger), other_tool "
+    "(another executor group's tool), undecodable.",
+    ["why"],
+)
+EXECUTOR_CONTROL_RECORDS: Final = Counter(
+    "toolcall_executor_control_records",
+    "Control records the fence read, by what it did with them (applied, replayed, rejected, "
+    "ignored, undecodable).",
+    ["outcome"],
+)
+EXECUTOR_BARRIER_DURATION: Final = Histogram(
+    "toolcall_executor_barrier_duration_seconds",
+    "Time to read control up to the end offset before a call runs.",
+    buckets=_BARRIER_BUCKETS,
+)
+EXECUTOR_HANDLER_DURATION: Final = Histogram(
+    "toolcall_executor_handler_duration_seconds",
+    "Handler run time by tool.",
+    ["tool"],
+    buckets=_LATENCY_BUCKETS,
 )

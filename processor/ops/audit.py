@@ -29,12 +29,11 @@ from datetime import UTC, datetime
 from typing import IO, Any, Final
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from processor.core.events import Audit, CallKey
-from processor.ops.ctl import connection_flags, settings_from
-from processor.runtime.topics import partition_count
+from processor.runtime.commands import add_connection_flags, load_settings
+from processor.runtime.tail import read_records
 from processor.settings import Settings
 
 __all__ = ["AuditEntry", "AuditFilter", "merge", "parse_since", "read_audit", "register"]
@@ -132,39 +131,13 @@ def parse_since(text: str, now: float) -> float:
 
 async def read_audit(settings: Settings, *, timeout: float = 60.0) -> AsyncIterator[Audit]:
     """Every committed audit record up to the end offsets seen at start (undecodable skipped)."""
-    topic = settings.topics.audit
-    count = await partition_count(settings, topic)
-    if count is None:
-        raise LookupError(f"topic {topic!r} does not exist")
-    consumer = AIOKafkaConsumer(
-        **settings.kafka_client_kwargs(),
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(count)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout
-        while True:
-            done = [await consumer.position(tp) >= ends[tp] for tp in tps]
-            if all(done) or time.monotonic() > deadline:
-                return
-            batches = await consumer.getmany(timeout_ms=500)
-            for records in batches.values():
-                for record in records:
-                    if record.value is None:
-                        continue
-                    try:
-                        yield Audit.model_validate_json(record.value)
-                    except ValidationError:
-                        continue
-    finally:
-        await consumer.stop()
+    async for record in read_records(settings, settings.topics.audit, timeout=timeout):
+        if record.value is None:
+            continue
+        try:
+            yield Audit.model_validate_json(record.value)
+        except ValidationError:
+            continue
 
 
 async def collect(settings: Settings, wanted: AuditFilter) -> list[AuditEntry]:
@@ -173,7 +146,7 @@ async def collect(settings: Settings, wanted: AuditFilter) -> list[AuditEntry]:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("audit", help="list the audit trail of control and operator commands")
-    connection_flags(p)
+    add_connection_flags(p)
     p.add_argument("--tenant", help="only commands for this tenant")
     p.add_argument("--command-type", help="e.g. tenant.stopped, call.confirmed")
     p.add_argument("--outcome", choices=["applied", "rejected"])
@@ -189,10 +162,8 @@ def _audit_command(args: argparse.Namespace) -> int:
 
 
 def run_audit(args: argparse.Namespace, out: IO[str]) -> int:
-    try:
-        settings = settings_from(args)
-    except ValidationError as exc:
-        print(f"processor audit: invalid settings:\n{exc}", file=sys.stderr)
+    settings = load_settings(args, "processor audit")
+    if settings is None:
         return 2
     try:
         since = parse_since(args.since, time.time()) if args.since else None

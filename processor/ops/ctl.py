@@ -47,11 +47,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final
 
 import orjson
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
@@ -72,6 +70,8 @@ from processor.core.events import (
     turn_key,
 )
 from processor.ops.signing import OperatorSigner, keygen
+from processor.runtime.clients import IdempotentProducer
+from processor.runtime.commands import add_connection_flags, load_settings
 from processor.settings import Settings
 
 __all__ = [
@@ -121,29 +121,11 @@ class Written:
         }
 
 
-class ControlWriter:
+class ControlWriter(IdempotentProducer):
     """An idempotent producer for ``control`` (``async with ControlWriter(settings) as w``)."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.topic = settings.topics.control
-        self._producer = AIOKafkaProducer(
-            **{**settings.kafka_client_kwargs(), "client_id": f"{settings.client_id}-ctl"},
-            enable_idempotence=True,
-            acks="all",
-        )
-
-    async def __aenter__(self) -> ControlWriter:
-        await self._producer.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._producer.stop()
+        super().__init__(settings, settings.topics.control, "ctl")
 
     async def partitions(self) -> list[int]:
         parts = await self._producer.partitions_for(self.topic)
@@ -231,43 +213,13 @@ def _new_id() -> str:
 # --------------------------------------------------------------------------- CLI
 
 
-_CONNECTION_FLAGS: Final = (
-    ("--bootstrap-servers", "Kafka bootstrap servers"),
-    ("--topic-prefix", "topic name prefix (default toolcalls.)"),
-    ("--security-protocol", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
-    ("--sasl-mechanism", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
-    ("--sasl-username", "SASL user (password: PROCESSOR_SASL_PASSWORD)"),
-    ("--ssl-cafile", "CA bundle"),
-    ("--ssl-certfile", "client certificate"),
-    ("--ssl-keyfile", "client key (password: PROCESSOR_SSL_KEY_PASSWORD)"),
-)
-
-
-def connection_flags(parser: argparse.ArgumentParser) -> None:
-    """The Kafka connection flags (same names as the runtime commands'; secrets from env)."""
-    for flag, text in _CONNECTION_FLAGS:
-        parser.add_argument(flag, help=text)
-
-
-def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
-    """Settings from the environment, overridden by the connection flags given and ``extra``
-    (``None`` values in ``extra`` are ignored)."""
-    overrides: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
-    for flag, _ in _CONNECTION_FLAGS:
-        dest = flag[2:].replace("-", "_")
-        value = getattr(args, dest, None)
-        if value is not None:
-            overrides[dest] = value
-    return Settings(**overrides)
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ctl = subparsers.add_parser("ctl", help="write control events and signed operator commands")
     sub = ctl.add_subparsers(dest="ctl_command", required=True, metavar="ACTION")
 
     def action(name: str, text: str, *, signed: bool) -> argparse.ArgumentParser:
         parser = sub.add_parser(name, help=text, description=text)
-        connection_flags(parser)
+        add_connection_flags(parser)
         parser.add_argument("--command-id", help="command id (default: random)")
         parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
         if signed:
@@ -444,10 +396,8 @@ def _operator(cls: type[OperatorCommand]) -> Any:
 
 
 def _send(args: argparse.Namespace, events: Sequence[ControlEvent]) -> int:
-    try:
-        settings = settings_from(args)
-    except ValidationError as exc:
-        print(f"processor ctl: invalid settings:\n{exc}", file=sys.stderr)
+    settings = load_settings(args, "processor ctl")
+    if settings is None:
         return 2
     try:
         written = asyncio.run(write_control(settings, events))
@@ -477,5 +427,5 @@ def _keygen(args: argparse.Namespace) -> int:
         print(f"processor ctl keygen: {exc}", file=sys.stderr)
         return 2
     print(f"private key (keep it, mode 0600): {pem}")
-    print(f"keyring entry (add to the workers' keyring): {entry}")
+    print(f"keyring entry (put it in the workers' keyring folder, or merge it): {entry}")
     return 0

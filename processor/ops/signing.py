@@ -38,7 +38,8 @@ Replay protection (rejecting a ``command_id`` seen before) is NOT done here: the
 seen command ids in its per-partition state, which survives restarts through the changelog. The
 bounded lifetime (``expires_at``, ``max_ttl_seconds``) bounds how long that state must remember.
 
-Keyring document (YAML or JSON)::
+Keyring document (YAML or JSON); :meth:`Keyring.load` merges several files, and folders of
+``*.keyring.yaml`` files (``keygen`` writes one per key), refusing a key id defined twice::
 
     keys:
       - key_id: ops-alice-2025
@@ -77,6 +78,7 @@ from processor.core.events import OperatorCommand
 __all__ = [
     "CLOCK_SKEW_SECONDS",
     "DEFAULT_MAX_TTL_SECONDS",
+    "KEYRING_SUFFIX",
     "WILDCARD",
     "CommandVerifier",
     "Keyring",
@@ -93,6 +95,8 @@ DEFAULT_MAX_TTL_SECONDS: Final = 3600.0
 """A key's maximum ``expires_at - issued_at`` when its entry names no ``max_ttl_seconds``."""
 WILDCARD: Final = "*"
 """The tenant scope that covers every tenant and global (tenant-less) commands."""
+KEYRING_SUFFIX: Final = ".keyring.yaml"
+"""The name ending of keyring files: what ``keygen`` writes and what a keyring folder holds."""
 
 _PUBLIC_KEY_BYTES: Final = 32
 _SIGNATURE_BYTES: Final = 64
@@ -272,7 +276,7 @@ def _parse_entry(raw: object, index: int, source: str) -> KeyringEntry:
 class Keyring:
     """The public keys a worker trusts; verifies operator commands (a :class:`CommandVerifier`).
 
-    Pure: :meth:`verify` takes ``now`` and does no IO. Only :meth:`load` reads a file.
+    Pure: :meth:`verify` takes ``now`` and does no IO. Only :meth:`load` reads files.
     """
 
     def __init__(self, entries: Iterable[KeyringEntry], source: str = "<keyring>") -> None:
@@ -301,9 +305,32 @@ class Keyring:
         return cls((_parse_entry(raw, i, source) for i, raw in enumerate(raw_keys)), source=source)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Keyring:
-        """Read a keyring file: JSON when it ends in ``.json``, YAML (PyYAML safe_load) else."""
-        p = Path(path)
+    def load(cls, *paths: str | os.PathLike[str]) -> Keyring:
+        """Read and merge keyring files: each path is a keyring file (JSON when it ends in
+        ``.json``, YAML (PyYAML safe_load) else) or a folder, which contributes every
+        ``*.keyring.yaml`` file in it (what ``processor ctl keygen`` writes, one per key).
+
+        A key id found in two files is an error naming both; a folder without keyring files is
+        an error too (a worker with no keys would reject every operator command).
+        """
+        files = _keyring_files(paths)
+        entries: list[KeyringEntry] = []
+        origin: dict[str, Path] = {}
+        for file in files:
+            ring = cls._read(file)
+            for key_id, entry in ring._keys.items():
+                if key_id in origin:
+                    raise ConfigurationError(
+                        "invalid_keyring",
+                        f"key {key_id!r}: duplicate key_id in {origin[key_id]} and {file}",
+                    )
+                origin[key_id] = file
+                entries.append(entry)
+        return cls(entries, source=", ".join(str(f) for f in files))
+
+    @classmethod
+    def _read(cls, p: Path) -> Keyring:
+        """One keyring file."""
         try:
             text = p.read_bytes()
         except OSError as exc:
@@ -362,6 +389,29 @@ class Keyring:
         return None
 
 
+def _keyring_files(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The keyring files ``paths`` name, folders expanded to their ``*.keyring.yaml`` files
+    (sorted), each file once, in order."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.glob(f"*{KEYRING_SUFFIX}") if p.is_file())
+            if not found:
+                raise ConfigurationError(
+                    "invalid_keyring", f"{path}: folder holds no *{KEYRING_SUFFIX} files"
+                )
+            files.extend(found)
+        else:
+            files.append(path)
+    if not files:
+        raise ConfigurationError("invalid_keyring", "no keyring file given")
+    unique: dict[Path, Path] = {}
+    for file in files:
+        unique.setdefault(file.resolve(), file)
+    return list(unique.values())
+
+
 # --------------------------------------------------------------------------- CLI: keygen
 
 
@@ -395,7 +445,7 @@ def keygen(
     document = {"keys": [entry]}
     out_dir.mkdir(parents=True, exist_ok=True)
     pem_path = out_dir / f"{key_id}.pem"
-    keyring_path = out_dir / f"{key_id}.keyring.yaml"
+    keyring_path = out_dir / f"{key_id}{KEYRING_SUFFIX}"
     Keyring.from_document(document, source=str(keyring_path))  # validate before writing
     try:
         fd = os.open(pem_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

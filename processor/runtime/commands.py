@@ -18,14 +18,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
-from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import ValidationError
 
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.errors import ProcessorError
 from processor.observability.logging import configure_logging, fields
+from processor.runtime.clients import admin_client
 from processor.runtime.tail import TAIL_ROLES, run_tail
 from processor.runtime.topics import (
+    EXECUTOR_LEDGER,
+    WORKER_INPUTS,
     TopicLayoutError,
     check_copartitioning,
     create_topics,
@@ -48,6 +50,10 @@ _COMMON_FLAGS: Final = {
     "ssl_keyfile": "ssl_keyfile",
     "log_level": "log_level",
 }
+KEYRING_HELP: Final = (
+    "operator public keys: a keyring file (YAML or JSON) or a folder of *.keyring.yaml files; "
+    "repeat to merge several"
+)
 _WORKER_FLAGS: Final = {
     "group_id": "group_id",
     "application_id": "application_id",
@@ -72,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--group-id", help="consumer group (default toolcall-assemblers)")
     worker.add_argument("--application-id", help="transactional id prefix")
     worker.add_argument("--tools", help="tool registry file (YAML or JSON)")
-    worker.add_argument("--keyring", help="operator public keys (YAML or JSON)")
+    worker.add_argument("--keyring", action="append", help=KEYRING_HELP)
     worker.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
     worker.add_argument("--metrics-host", help="address of the metrics endpoint")
     worker.add_argument("--batch-size", type=int, help="max records per poll")
@@ -100,8 +106,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tail.set_defaults(func=_tail_command)
 
 
-def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    """Connection and topic flags shared by every Kafka-facing command (``settings_from_args``)."""
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    """The Kafka connection and topic flags (secrets come from the environment only)."""
     parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
     parser.add_argument("--topic-prefix", help="topic name prefix (default toolcalls.)")
     parser.add_argument(
@@ -111,16 +117,22 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         "--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
     )
     parser.add_argument("--sasl-username", help="SASL user (password: PROCESSOR_SASL_PASSWORD)")
-    parser.add_argument("--ssl-cafile")
-    parser.add_argument("--ssl-certfile")
-    parser.add_argument("--ssl-keyfile", help="key password: PROCESSOR_SSL_KEY_PASSWORD")
+    parser.add_argument("--ssl-cafile", help="CA bundle")
+    parser.add_argument("--ssl-certfile", help="client certificate")
+    parser.add_argument("--ssl-keyfile", help="client key (password: PROCESSOR_SSL_KEY_PASSWORD)")
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """Connection and topic flags shared by every Kafka-facing command (``settings_from_args``)."""
+    add_connection_flags(parser)
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
 
 
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
-    """Settings from the environment, overridden by every flag that was given."""
+    """Settings from the environment, overridden by every common flag that was given and by
+    ``extra`` (a command's own flags, as settings fields; ``None`` values are ignored)."""
     overrides: dict[str, Any] = {}
-    for dest, name in {**_COMMON_FLAGS, **_WORKER_FLAGS}.items():
+    for dest, name in _COMMON_FLAGS.items():
         value = getattr(args, dest, None)
         if value is not None:
             overrides[name] = value
@@ -128,11 +140,12 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
     return Settings(**overrides)
 
 
-def _load(args: argparse.Namespace, **extra: Any) -> Settings | None:
+def load_settings(args: argparse.Namespace, command: str, **extra: Any) -> Settings | None:
+    """:func:`settings_from_args`, or None after telling the user what is invalid."""
     try:
         return settings_from_args(args, **extra)
     except ValidationError as exc:
-        print(f"processor: invalid settings:\n{exc}", file=sys.stderr)
+        print(f"{command}: invalid settings:\n{exc}", file=sys.stderr)
         return None
 
 
@@ -140,7 +153,8 @@ def _load(args: argparse.Namespace, **extra: Any) -> Settings | None:
 
 
 def _worker_command(args: argparse.Namespace) -> int:
-    settings = _load(args)
+    flags = {name: getattr(args, dest) for dest, name in _WORKER_FLAGS.items()}
+    settings = load_settings(args, "processor", **flags)
     if settings is None:
         return 2
     configure_logging(settings.log_level)
@@ -171,29 +185,25 @@ def _verifier(settings: Settings) -> CommandVerifier:
         return AllowUnsigned()
     from processor.ops.signing import Keyring  # noqa: PLC0415
 
-    return Keyring.load(settings.keyring_file)
+    return Keyring.load(*settings.keyring_file)
 
 
 # ---------------------------------------------------------------------- topics
 
 
 def _topics_create_command(args: argparse.Namespace) -> int:
-    settings = _load(args)
+    settings = load_settings(args, "processor")
     if settings is None:
         return 2
 
     async def run() -> int:
-        admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
-        await admin.start()
-        try:
+        async with admin_client(settings) as admin:
             result = await create_topics(
                 settings,
                 admin,
                 partitions=args.partitions,
                 replication_factor=args.replication_factor,
             )
-        finally:
-            await admin.close()
         for name, outcome in result.items():
             print(f"{outcome:<8} {name}")
         return 0
@@ -206,21 +216,18 @@ def _topics_create_command(args: argparse.Namespace) -> int:
 
 
 def _topics_describe_command(args: argparse.Namespace) -> int:
-    settings = _load(args)
+    settings = load_settings(args, "processor")
     if settings is None:
         return 2
 
     async def run() -> int:
-        admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
-        await admin.start()
-        try:
+        async with admin_client(settings) as admin:
             states = await describe_topics(settings, admin)
-        finally:
-            await admin.close()
         for line in format_states(states):
             print(line)
         try:
-            check_copartitioning(states)
+            for group in (WORKER_INPUTS, EXECUTOR_LEDGER):
+                check_copartitioning(states, group)
         except TopicLayoutError as exc:
             print(f"problem: {exc}", file=sys.stderr)
             return 2
@@ -237,7 +244,7 @@ def _topics_describe_command(args: argparse.Namespace) -> int:
 
 
 def _tail_command(args: argparse.Namespace) -> int:
-    settings = _load(args)
+    settings = load_settings(args, "processor")
     if settings is None:
         return 2
     try:

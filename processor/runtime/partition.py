@@ -27,9 +27,13 @@ and partition p of the state changelog. Its life:
     discards the in-memory state the failed batch produced.
 
 Ordering across the two topics is by record timestamp within one fetched batch only; records
-fetched in different batches are applied in fetch order. The Assembler tolerates a call's
-terminal event before its turn's ``turn.started`` (it parks the candidate until the turn is
-bound), and executors re-check cancellations at execution time (ARCHITECTURE.md §7).
+fetched in different batches are applied in fetch order. ``control`` records carry the broker's
+append time (``LogAppendTime``, :mod:`processor.runtime.topics`) and fragments their producer's
+time, so the merge compares two clocks and is a best effort, as it was with two producers'
+clocks (a control record now sorts later by its produce latency at most). Nothing depends on it
+for safety: the Assembler tolerates a call's terminal event before its turn's ``turn.started``
+(it parks the candidate until the turn is bound), and executors re-check cancellations at
+execution time against ``control`` read to its end (ARCHITECTURE.md §7).
 
 ``traceparent``: each output takes the header of the input record that caused it; outputs of
 ``tick`` (idle expiry) and outputs caused by a record without the header use the last traceparent
@@ -147,11 +151,7 @@ class PartitionTask:
         self.producer = producer
         assembler = self._new_assembler()
         result = await restore_partition(
-            assembler,
-            self.topics.changelog,
-            self.partition,
-            s.kafka_client_kwargs(),
-            timeout=s.restore_timeout_seconds,
+            assembler, self.topics.changelog, self.partition, s, timeout=s.restore_timeout_seconds
         )
         self.assembler = assembler
         for tp in self.tps:

@@ -19,48 +19,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from types import TracebackType
 from typing import Any
-
-from aiokafka import AIOKafkaProducer
 
 from processor.core.events import FragmentEvent, encode, turn_key
 from processor.observability import metrics
+from processor.runtime.clients import IdempotentProducer
 from processor.runtime.codec import TRACEPARENT, valid_traceparent
 from processor.settings import Settings
 
 
-class Publisher:
+class Publisher(IdempotentProducer):
     """An idempotent producer for fragment events (``async with Publisher(settings) as p``)."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.topic = settings.topics.fragments
-        self._producer = AIOKafkaProducer(
-            enable_idempotence=True,
-            acks="all",
+        super().__init__(
+            settings,
+            settings.topics.fragments,
+            "adapter",
             linger_ms=5,
             max_request_size=settings.max_message_bytes,
-            **{**settings.kafka_client_kwargs(), "client_id": f"{settings.client_id}-adapter"},
         )
-
-    async def start(self) -> None:
-        await self._producer.start()
-
-    async def stop(self) -> None:
-        await self._producer.stop()
-
-    async def __aenter__(self) -> Publisher:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     async def publish(self, events: Iterable[FragmentEvent], traceparent: str | None = None) -> int:
         """Send the events in order and wait until all are acknowledged; return their count."""

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from dataclasses import dataclass
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler
+from processor.runtime.clients import committed_reader, read_to_end
+from processor.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -42,37 +43,32 @@ async def restore_partition(
     assembler: Assembler,
     changelog: str,
     partition: int,
-    client_kwargs: dict[str, Any],
+    settings: Settings,
     *,
     timeout: float,
-    poll_timeout_ms: int = 500,
 ) -> RestoreResult:
     """Apply changelog partition ``partition`` to ``assembler``; TimeoutError after ``timeout``."""
     started = time.monotonic()
     tp = TopicPartition(changelog, partition)
-    consumer = AIOKafkaConsumer(
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=16 * 1024 * 1024,
-        **client_kwargs,
-    )
+    consumer = committed_reader(settings, max_partition_fetch_bytes=16 * 1024 * 1024)
     records = 0
+    end = 0
+
+    def apply(record: ConsumerRecord) -> None:
+        nonlocal records
+        if record.offset >= end:
+            return  # written after the end we measured (cannot happen once fenced)
+        key = record.key.decode("utf-8") if record.key is not None else ""
+        assembler.restore(key, record.value)
+        records += 1
+
     try:
         async with asyncio.timeout(timeout):
             await consumer.start()
             consumer.assign([tp])
             end = (await consumer.end_offsets([tp]))[tp]
             await consumer.seek_to_beginning(tp)
-            while await consumer.position(tp) < end:
-                batch = await consumer.getmany(tp, timeout_ms=poll_timeout_ms, max_records=5000)
-                for record in batch.get(tp, ()):
-                    if record.offset >= end:
-                        continue  # written after the end we measured (cannot happen once fenced)
-                    key = record.key.decode("utf-8") if record.key is not None else ""
-                    assembler.restore(key, record.value)
-                    records += 1
+            await read_to_end(consumer, tp, end, apply, deadline=math.inf, max_records=5000)
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(consumer.stop(), 5)

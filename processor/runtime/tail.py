@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from typing import IO, Any, Final
 
 import orjson
-from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from processor.runtime.clients import committed_reader
 from processor.runtime.codec import TRACEPARENT, header
 from processor.runtime.topics import partition_count
 from processor.settings import Settings
@@ -39,12 +39,7 @@ async def read_records(
     count = await partition_count(settings, topic)
     if count is None:
         raise LookupError(f"topic {topic!r} does not exist")
-    consumer = AIOKafkaConsumer(
-        group_id=None,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        **settings.kafka_client_kwargs(),
-    )
+    consumer = committed_reader(settings)
     await consumer.start()
     deadline = time.monotonic() + timeout if timeout is not None else None
     seen = 0

@@ -1,12 +1,13 @@
 """Topic layout: names, specs (partitions, replication, cleanup policies), create, describe.
 
-The processor uses nine topics, all named from the settings' ``topic_prefix``:
+The processor uses eleven topics, all named from the settings' ``topic_prefix``:
 
 ================  ========================  ==================================================
 role              cleanup                   notes
 ================  ========================  ==================================================
 fragments         delete (input retention)  key = turn key; co-partitioned with control
-control           delete (input retention)  key = turn key; operator commands on every partition
+control           delete (input retention)  key = turn key; operator commands on every
+                                            partition; broker timestamps (LogAppendTime)
 dispatch          delete (output retention) key = turn key; read by executors
 proposals         delete (output retention)
 status            delete (output retention)
@@ -14,34 +15,46 @@ ledger            settings (delete)         keyed by turn key, so never plain ``
 audit             settings (delete, ∞)      key = tenant
 deadletter        delete (14 days)          key = source coordinates
 changelog         compact                   the assemblers' state, co-partitioned with input
+results           delete (output retention) executors' results; key = turn key
+executions        compact (∞, or settings)  executors' at-most-once ledger, co-partitioned
+                                            with dispatch
 ================  ========================  ==================================================
 
-``fragments``, ``control`` and the state changelog must have the same partition count (the
-worker joins partition p of each, ARCHITECTURE.md §5); :func:`check_copartitioning` explains the
-problem when they do not, and the worker refuses to start. ``topics create`` creates what is
-missing and never changes an existing topic; it reports a count mismatch as an error.
+Two groups of topics must have equal partition counts: ``fragments``, ``control`` and the state
+changelog (the worker joins partition p of each, ARCHITECTURE.md §5), and ``dispatch`` with
+``executions`` (the executor that owns dispatch partition p restores ledger partition p, see
+:mod:`processor.executor.ledger`). :func:`check_copartitioning` explains the problem when they
+do not; workers and executors refuse to start. ``topics create`` creates what is missing (a
+missing ``executions`` gets the partition count of an existing ``dispatch``) and never changes
+an existing topic; it reports a count mismatch as an error.
+
+``control`` records carry the broker's append time (``message.timestamp.type=LogAppendTime``):
+the executor's fence verifies operator commands as of that time, so producer clocks cannot move
+it. Only topics created by ``topics create`` get it; alter an existing ``control`` with
+``kafka-configs --alter --add-config message.timestamp.type=LogAppendTime``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
+from processor.runtime.clients import admin_client
 from processor.settings import Settings
 
-COPARTITIONED: Final = ("fragments", "control", "changelog")
 SHOWN_CONFIGS: Final = (
     "cleanup.policy",
     "retention.ms",
     "max.message.bytes",
     "min.insync.replicas",
+    "message.timestamp.type",
 )
 
 _TOPIC_ALREADY_EXISTS: Final = 36
@@ -59,6 +72,32 @@ class TopicSpec:
     partitions: int
     replication_factor: int
     config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CopartitionedTopics:
+    """Topics (by role) whose partition p is processed together, so their counts must match."""
+
+    roles: tuple[str, ...]
+    why: str
+    remedy: str
+
+
+WORKER_INPUTS: Final = CopartitionedTopics(
+    ("fragments", "control", "changelog"),
+    "fragments, control and the state changelog must have the same partition count "
+    "(partition p of each is processed together; ARCHITECTURE.md §5)",
+    "Recreate the smaller topics with the same count (a partition count cannot be lowered, "
+    "and raising it moves keys between partitions).",
+)
+EXECUTOR_LEDGER: Final = CopartitionedTopics(
+    ("dispatch", "executions"),
+    "dispatch and the executors' ledger (executions) must have the same partition count "
+    "(the executor that owns dispatch partition p restores ledger partition p)",
+    "Create executions with the partition count of dispatch before any executor runs "
+    "(ledger entries cannot move between partitions).",
+)
+COPARTITIONED: Final = WORKER_INPUTS.roles
 
 
 @dataclass(frozen=True)
@@ -93,7 +132,7 @@ def topic_specs(
 
     configs: dict[str, dict[str, str]] = {
         "fragments": delete(s.input_retention_ms),
-        "control": delete(s.input_retention_ms),
+        "control": delete(s.input_retention_ms, **{"message.timestamp.type": "LogAppendTime"}),
         "dispatch": delete(s.output_retention_ms, **big),
         "proposals": delete(s.output_retention_ms, **big),
         "status": delete(s.output_retention_ms),
@@ -109,26 +148,29 @@ def topic_specs(
         },
         "deadletter": delete(s.deadletter_retention_ms),
         "changelog": {**common, "cleanup.policy": "compact", **big},
+        "results": delete(s.output_retention_ms),
+        "executions": {
+            **common,
+            "cleanup.policy": "compact" if s.executions_retention_ms < 0 else "compact,delete",
+            "retention.ms": str(s.executions_retention_ms),
+        },
     }
     return [TopicSpec(role, name, n, rf, configs[role]) for role, name in s.topics.all().items()]
 
 
-def check_copartitioning(states: Mapping[str, TopicState]) -> None:
-    """Raise :class:`TopicLayoutError` unless fragments, control and changelog exist and match."""
-    missing = [states[r].name for r in COPARTITIONED if not states[r].exists]
+def check_copartitioning(
+    states: Mapping[str, TopicState], group: CopartitionedTopics = WORKER_INPUTS
+) -> None:
+    """Raise :class:`TopicLayoutError` unless the group's topics exist with equal counts."""
+    missing = [states[r].name for r in group.roles if not states[r].exists]
     if missing:
         raise TopicLayoutError(
             f"missing topic(s): {', '.join(missing)}; create them with `processor topics create`"
         )
-    counts = {r: states[r].partitions for r in COPARTITIONED}
+    counts = {r: states[r].partitions for r in group.roles}
     if len(set(counts.values())) != 1:
-        shown = ", ".join(f"{states[r].name} has {counts[r]}" for r in COPARTITIONED)
-        raise TopicLayoutError(
-            "fragments, control and the state changelog must have the same partition count "
-            "(partition p of each is processed together; ARCHITECTURE.md §5), but "
-            f"{shown} partitions. Recreate the smaller topics with the same count "
-            "(a partition count cannot be lowered, and raising it moves keys between partitions)."
-        )
+        shown = ", ".join(f"{states[r].name} has {counts[r]}" for r in group.roles)
+        raise TopicLayoutError(f"{group.why}, but {shown} partitions. {group.remedy}")
 
 
 async def describe_topics(settings: Settings, admin: AIOKafkaAdminClient) -> dict[str, TopicState]:
@@ -161,14 +203,15 @@ async def create_topics(
     """Create the missing topics; name → ``created`` or ``exists``. Checks co-partitioning."""
     specs = topic_specs(settings, partitions=partitions, replication_factor=replication_factor)
     before = await describe_topics(settings, admin)
+    counts = {s.role: before[s.role].partitions or s.partitions for s in specs}
+    if not before["executions"].exists and before["dispatch"].exists:
+        counts["executions"] = counts["dispatch"]
     # refuse early when the existing co-partitioned topics already disagree with each other or
     # with the count we would create for the missing ones
-    wanted = {s.role: s.partitions for s in specs}
-    planned = {
-        r: TopicState(r, before[r].name, before[r].partitions or wanted[r]) for r in COPARTITIONED
-    }
-    check_copartitioning(planned)
-    todo = [s for s in specs if not before[s.role].exists]
+    planned = {r: TopicState(r, st.name, counts[r]) for r, st in before.items()}
+    for group in (WORKER_INPUTS, EXECUTOR_LEDGER):
+        check_copartitioning(planned, group)
+    todo = [replace(s, partitions=counts[s.role]) for s in specs if not before[s.role].exists]
     result = {s.name: "exists" for s in specs if before[s.role].exists}
     if todo:
         response = await admin.create_topics(
@@ -190,7 +233,9 @@ async def create_topics(
         if problems:
             raise TopicLayoutError("topic creation failed: " + "; ".join(problems))
         await _wait_for_leaders(admin, {s.name: s.partitions for s in todo}, timeout)
-    check_copartitioning(await describe_topics(settings, admin))
+    after = await describe_topics(settings, admin)
+    for group in (WORKER_INPUTS, EXECUTOR_LEDGER):
+        check_copartitioning(after, group)
     return result
 
 
@@ -213,18 +258,16 @@ async def _wait_for_leaders(
         await asyncio.sleep(0.2)
 
 
+async def partition_counts(settings: Settings, topics: Iterable[str]) -> dict[str, int]:
+    """The partition count of each of ``topics`` that exists (missing ones are left out)."""
+    async with admin_client(settings) as admin:
+        described = await admin.describe_topics(list(topics))
+    return {t["topic"]: len(t["partitions"]) for t in described if _exists(t)}
+
+
 async def partition_count(settings: Settings, topic: str) -> int | None:
     """How many partitions ``topic`` has, or None when it does not exist."""
-    admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
-    await admin.start()
-    try:
-        described = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    info = described[0] if described else None
-    if info is None or not _exists(info):
-        return None
-    return len(info["partitions"])
+    return (await partition_counts(settings, [topic])).get(topic)
 
 
 def _exists(info: Mapping[str, Any] | None) -> bool:

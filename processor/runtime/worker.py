@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
@@ -41,6 +40,7 @@ from processor.observability import metrics
 from processor.observability.health import HealthServer
 from processor.observability.logging import fields
 from processor.runtime.assignment import PartitionManager
+from processor.runtime.clients import admin_client
 from processor.runtime.partition import PartitionTask, Step
 from processor.runtime.topics import check_copartitioning, describe_topics
 from processor.runtime.transaction import TransactionFailed
@@ -126,12 +126,8 @@ class Worker:
         return 0 if self._fatal_error is None else 1
 
     async def _check_topics(self) -> None:
-        admin = AIOKafkaAdminClient(**self.settings.kafka_client_kwargs())
-        await admin.start()
-        try:
+        async with admin_client(self.settings) as admin:
             check_copartitioning(await describe_topics(self.settings, admin))
-        finally:
-            await admin.close()
 
     def _consumer(self) -> AIOKafkaConsumer:
         s = self.settings

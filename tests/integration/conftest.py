@@ -25,12 +25,11 @@ import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 from pydantic import BaseModel
 
@@ -46,6 +45,7 @@ from processor.core.events import (
     encode,
     turn_key,
 )
+from processor.runtime.clients import admin_client, committed_reader
 from processor.runtime.publish import Publisher
 from processor.runtime.tail import read_records
 from processor.runtime.topics import create_topics
@@ -70,6 +70,8 @@ tools:
       additionalProperties: false
 """
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+_Command = TypeVar("_Command", bound=BaseModel)
 
 
 # ---------------------------------------------------------------------------- polling
@@ -136,33 +138,29 @@ def call_events(
     return events
 
 
+def _command(cls: type[_Command], command_id: str, issued_by: str, **fields: Any) -> _Command:
+    """A control event issued now (unsigned: tests that sign use ``processor ctl``)."""
+    return cls(command_id=command_id, issued_by=issued_by, issued_at=time.time(), **fields)
+
+
 def turn_started(tenant: str, turn: str, actor: str = "user-1") -> TurnStarted:
-    return TurnStarted(
-        command_id=f"ts-{tenant}-{turn}",
-        issued_by="gateway",
-        issued_at=time.time(),
-        tenant=tenant,
-        turn_id=turn,
-        actor=actor,
+    return _command(
+        TurnStarted, f"ts-{tenant}-{turn}", "gateway", tenant=tenant, turn_id=turn, actor=actor
     )
 
 
 def turn_cancelled(tenant: str, turn: str, reason: str = "user_stop") -> TurnCancelled:
-    return TurnCancelled(
-        command_id=f"tc-{tenant}-{turn}-{uuid.uuid4().hex[:6]}",
-        issued_by="gateway",
-        issued_at=time.time(),
-        reason=reason,
-        tenant=tenant,
-        turn_id=turn,
+    command_id = f"tc-{tenant}-{turn}-{uuid.uuid4().hex[:6]}"
+    return _command(
+        TurnCancelled, command_id, "gateway", reason=reason, tenant=tenant, turn_id=turn
     )
 
 
 def quarantine(tenant: str, turn: str, response: str) -> ResponseQuarantined:
-    return ResponseQuarantined(
-        command_id=f"rq-{uuid.uuid4().hex[:8]}",
-        issued_by="ops",
-        issued_at=time.time(),
+    return _command(
+        ResponseQuarantined,
+        f"rq-{uuid.uuid4().hex[:8]}",
+        "ops",
         reason="suspicious output",
         tenant=tenant,
         turn_id=turn,
@@ -171,12 +169,8 @@ def quarantine(tenant: str, turn: str, response: str) -> ResponseQuarantined:
 
 
 def tenant_stopped(tenant: str) -> TenantStopped:
-    return TenantStopped(
-        command_id=f"stop-{uuid.uuid4().hex[:8]}",
-        issued_by="ops",
-        issued_at=time.time(),
-        reason="incident",
-        tenant=tenant,
+    return _command(
+        TenantStopped, f"stop-{uuid.uuid4().hex[:8]}", "ops", reason="incident", tenant=tenant
     )
 
 
@@ -298,12 +292,8 @@ class Runtime:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def create_topics(self) -> None:
-        admin = AIOKafkaAdminClient(**self.settings.kafka_client_kwargs())
-        await admin.start()
-        try:
+        async with admin_client(self.settings) as admin:
             await create_topics(self.settings, admin)
-        finally:
-            await admin.close()
 
     async def close(self) -> None:
         for w in self.workers:
@@ -397,15 +387,9 @@ class Runtime:
 
     async def caught_up(self) -> bool:
         """The group's committed offsets reached the end of fragments and control."""
-        admin = AIOKafkaAdminClient(**self.settings.kafka_client_kwargs())
-        await admin.start()
-        try:
+        async with admin_client(self.settings) as admin:
             committed = await admin.list_consumer_group_offsets(self.settings.group_id)
-        finally:
-            await admin.close()
-        consumer = AIOKafkaConsumer(
-            group_id=None, isolation_level="read_committed", **self.settings.kafka_client_kwargs()
-        )
+        consumer = committed_reader(self.settings)
         await consumer.start()
         try:
             tps = [

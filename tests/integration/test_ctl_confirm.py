@@ -26,10 +26,9 @@ from tests.integration.test_ctl_operator import (
     wait_audit,
     wait_status,
 )
-from tests.integration.test_executor_fence import exec_runtime, results
+from tests.integration.test_executor_fence import results
 
 pytestmark = pytest.mark.integration
-__all__ = ["exec_runtime"]
 
 
 async def proposal_of(rt: Runtime, turn: str) -> dict[str, Any]:
@@ -58,10 +57,8 @@ async def confirm(
 
 
 @pytest.mark.partitions(3)
-async def test_confirmation_binds_digest_actor_and_expiry(
-    exec_runtime: Runtime, tmp_path: Path
-) -> None:
-    rt = exec_runtime
+async def test_confirmation_binds_digest_actor_and_expiry(runtime: Runtime, tmp_path: Path) -> None:
+    rt = runtime
     async with deployment(rt, tmp_path) as dep:
         turns = {
             "ok": "book_slot",
@@ -126,9 +123,9 @@ async def test_confirmation_binds_digest_actor_and_expiry(
 
 @pytest.mark.partitions(3)
 async def test_cancellation_racing_dispatch_is_refused_by_the_executor_fence(
-    exec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
-    rt = exec_runtime
+    rt = runtime
     async with deployment(rt, tmp_path, start_executor=False) as dep:
         for turn in ("stop-me", "old"):
             await start_turn(rt, "acme", turn)

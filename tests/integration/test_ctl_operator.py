@@ -34,13 +34,11 @@ from tests.integration.conftest import Runtime, WorkerProcess, call_events, wait
 from tests.integration.test_executor_fence import (
     Executor,
     Recorder,
-    exec_runtime,
     group_of,
     results,
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["exec_runtime"]
 
 TOOLS = """
 tools:
@@ -253,9 +251,9 @@ def written(out: str) -> dict[str, Any]:
 
 @pytest.mark.partitions(3)
 async def test_forged_unsigned_expired_replayed_and_cross_tenant_commands_change_nothing(
-    exec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
-    rt = exec_runtime
+    rt = runtime
     async with deployment(rt, tmp_path) as dep:
         ops = dep.operators
         rejected: dict[str, str] = {}
@@ -374,9 +372,9 @@ async def _original_command(rt: Runtime, command_id: str) -> Any:
 
 @pytest.mark.partitions(3)
 async def test_emergency_stop_during_collecting_and_terminal_validation(
-    exec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
-    rt = exec_runtime
+    rt = runtime
     async with deployment(rt, tmp_path) as dep:
         ops = dep.operators
         # collecting: everything but the terminal event

@@ -1,8 +1,9 @@
 """The executor client on a real broker, fed by hand: dispatch and control records written directly.
 
 No assembler worker here: these tests pin the executor's own guarantees (the execution-time
-fence with its control barrier, results and status, trace context). The harness and fixtures
-defined here are shared with the other ``test_executor_*`` / ``test_ctl_*`` modules.
+fence with its control barrier, results and status, trace context). The harness defined here is
+shared with the other ``test_executor_*`` / ``test_ctl_*`` modules; the ``runtime`` fixture
+creates every topic, the executor's ``results`` and ``executions`` included.
 """
 
 from __future__ import annotations
@@ -18,23 +19,22 @@ import orjson
 import pytest
 
 from processor.core.authn import AllowUnsigned, CommandVerifier
-from processor.core.events import (
-    Dispatch,
-    TurnCancelled,
-    TurnStarted,
-    encode,
-    stable_id,
-    turn_key,
-)
+from processor.core.events import Dispatch, ToolDisabled, encode, stable_id, turn_key
 from processor.core.registry import Registry
 from processor.executor.client import ExecutorClient
 from processor.executor.handlers import Call, Handlers
 from processor.executor.records import ExecutionResult
-from processor.executor.topics import ensure_executor_topics, executor_topics
 from processor.runtime.tail import read_records
 from processor.settings import Settings
-from tests.integration.conftest import TRACEPARENT, Runtime, wait_until
-from tests.kafka_broker import delete_topics
+from tests.integration.conftest import (
+    TRACEPARENT,
+    Runtime,
+    quarantine,
+    tenant_stopped,
+    turn_cancelled,
+    turn_started,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -116,19 +116,8 @@ async def running(executor: Executor) -> AsyncIterator[Executor]:
         await executor.stop()
 
 
-@pytest.fixture
-async def exec_runtime(runtime: Runtime) -> AsyncIterator[Runtime]:
-    """The worker tests' runtime plus the executor's own topics (results, executions)."""
-    await ensure_executor_topics(runtime.settings)
-    names = executor_topics(runtime.settings)
-    try:
-        yield runtime
-    finally:
-        await delete_topics(runtime.settings.bootstrap_servers, [names.results, names.executions])
-
-
 async def results(settings: Settings) -> list[ExecutionResult]:
-    topic = executor_topics(settings).results
+    topic = settings.topics.results
     return [
         ExecutionResult.model_validate_json(r.value) async for r in read_records(settings, topic)
     ]
@@ -182,28 +171,6 @@ def make_dispatch(
     )
 
 
-def started(tenant: str, turn: str, actor: str = "user-1") -> TurnStarted:
-    return TurnStarted(
-        command_id=f"ts-{uuid.uuid4().hex[:8]}",
-        issued_by="gateway",
-        issued_at=time.time(),
-        tenant=tenant,
-        turn_id=turn,
-        actor=actor,
-    )
-
-
-def cancelled(tenant: str, turn: str, reason: str = "user_stop") -> TurnCancelled:
-    return TurnCancelled(
-        command_id=f"tc-{uuid.uuid4().hex[:8]}",
-        issued_by="gateway",
-        issued_at=time.time(),
-        reason=reason,
-        tenant=tenant,
-        turn_id=turn,
-    )
-
-
 async def write_dispatch(
     runtime: Runtime, *dispatches: Dispatch, traceparent: str | None = TRACEPARENT
 ) -> None:
@@ -227,11 +194,11 @@ def group_of(runtime: Runtime, name: str = "exec") -> str:
 
 
 @pytest.mark.partitions(3)
-async def test_valid_call_runs_once_with_its_dispatch_id_and_trace(exec_runtime: Runtime) -> None:
-    rt = exec_runtime
+async def test_valid_call_runs_once_with_its_dispatch_id_and_trace(runtime: Runtime) -> None:
+    rt = runtime
     recorder = Recorder()
     d = make_dispatch("acme", "turn-1", "call_0")
-    await rt.control(started("acme", "turn-1"))
+    await rt.control(turn_started("acme", "turn-1"))
     await write_dispatch(rt, d)
     async with running(Executor(rt.settings, recorder.handlers, group=group_of(rt))):
         [result] = await wait_results(rt.settings, 1)
@@ -249,10 +216,10 @@ async def test_valid_call_runs_once_with_its_dispatch_id_and_trace(exec_runtime:
 
 
 @pytest.mark.partitions(3)
-async def test_control_written_before_execution_refuses_the_call(exec_runtime: Runtime) -> None:
+async def test_control_written_before_execution_refuses_the_call(runtime: Runtime) -> None:
     """A cancellation, a quarantine, a tool disable and a tenant stop written after the dispatch
     record but before the executor ran it are all seen by the fence (the control barrier)."""
-    rt = exec_runtime
+    rt = runtime
     recorder = Recorder()
     ok = make_dispatch("acme", "ok", "call_0")
     cancel_me = make_dispatch("acme", "cancel-me", "call_0")
@@ -261,14 +228,13 @@ async def test_control_written_before_execution_refuses_the_call(exec_runtime: R
     stopped = make_dispatch("globex", "stopped", "call_0")
     unbound = make_dispatch("acme", "never-started", "call_0")
     for d in (ok, cancel_me, quarantine_me, disabled):
-        await rt.control(started("acme", d.turn_id))
-    await rt.control(started("globex", "stopped"))
+        await rt.control(turn_started("acme", d.turn_id))
+    await rt.control(turn_started("globex", "stopped"))
     await write_dispatch(rt, ok, cancel_me, quarantine_me, disabled, stopped, unbound)
     # control written after the dispatch records (AllowUnsigned here; signing: test_ctl_*)
-    from processor.core.events import ToolDisabled
-    from tests.integration.conftest import quarantine, tenant_stopped
-
-    await rt.control(cancelled("acme", "cancel-me"), quarantine("acme", "quarantine-me", "resp-1"))
+    await rt.control(
+        turn_cancelled("acme", "cancel-me"), quarantine("acme", "quarantine-me", "resp-1")
+    )
     await rt.broadcast(
         ToolDisabled(
             command_id="td-1",
@@ -311,18 +277,18 @@ class _CancelAfterClaim(ExecutorClient):
         for _topic, _key, value, _p, _h in outputs:
             entry = orjson.loads(value)
             if entry.get("state") == "claimed" and entry["turn_id"].startswith("race"):
-                await self.runtime.control(cancelled(entry["tenant"], entry["turn_id"]))
+                await self.runtime.control(turn_cancelled(entry["tenant"], entry["turn_id"]))
 
 
 @pytest.mark.partitions(2)
 async def test_cancellation_racing_the_claim_is_refused_before_the_handler(
-    exec_runtime: Runtime,
+    runtime: Runtime,
 ) -> None:
-    rt = exec_runtime
+    rt = runtime
     recorder = Recorder()
     race = make_dispatch("acme", "race-1", "call_0")
     calm = make_dispatch("acme", "calm-1", "call_0")
-    await rt.control(started("acme", "race-1"), started("acme", "calm-1"))
+    await rt.control(turn_started("acme", "race-1"), turn_started("acme", "calm-1"))
     await write_dispatch(rt, race, calm)
     executor = Executor(
         rt.settings, recorder.handlers, group=group_of(rt), client_cls=_CancelAfterClaim
@@ -336,14 +302,14 @@ async def test_cancellation_racing_the_claim_is_refused_before_the_handler(
 
 
 @pytest.mark.partitions(2)
-async def test_cancellation_while_an_earlier_call_runs_is_seen(exec_runtime: Runtime) -> None:
+async def test_cancellation_while_an_earlier_call_runs_is_seen(runtime: Runtime) -> None:
     """Dispatch B is fetched while A's handler runs; B's turn is cancelled meanwhile: refused."""
-    rt = exec_runtime
+    rt = runtime
     gate = asyncio.Event()
     recorder = Recorder(gate=gate)
     first = make_dispatch("acme", "slow", "call_0")
     second = make_dispatch("acme", "slow", "call_1")  # same turn → same partition, after A
-    await rt.control(started("acme", "slow"))
+    await rt.control(turn_started("acme", "slow"))
     await write_dispatch(rt, first, second)
     async with running(Executor(rt.settings, recorder.handlers, group=group_of(rt))):
         await wait_until(
@@ -351,7 +317,7 @@ async def test_cancellation_while_an_earlier_call_runs_is_seen(exec_runtime: Run
             timeout=60,
             what="first handler running",
         )
-        await rt.control(cancelled("acme", "slow"))
+        await rt.control(turn_cancelled("acme", "slow"))
         gate.set()
         got = await wait_results(rt.settings, 2)
     assert recorder.dispatch_ids == [first.dispatch_id]
@@ -361,9 +327,9 @@ async def test_cancellation_while_an_earlier_call_runs_is_seen(exec_runtime: Run
 
 @pytest.mark.partitions(2)
 async def test_other_tools_are_left_to_other_groups_and_confirmation_is_required(
-    exec_runtime: Runtime,
+    runtime: Runtime,
 ) -> None:
-    rt = exec_runtime
+    rt = runtime
     weather = Recorder("get_weather")
     booking = Handlers()
     booked: list[str] = []
@@ -372,7 +338,7 @@ async def test_other_tools_are_left_to_other_groups_and_confirmation_is_required
         booked.append(call.dispatch_id)
 
     booking.register("book_slot", book, requires_confirmation=True)
-    await rt.control(started("acme", "mix"))
+    await rt.control(turn_started("acme", "mix"))
     w = make_dispatch("acme", "mix", "call_0")
     b = make_dispatch("acme", "mix", "call_1", tool="book_slot")  # names no confirmation
     await write_dispatch(rt, w, b)
@@ -390,16 +356,16 @@ async def test_other_tools_are_left_to_other_groups_and_confirmation_is_required
 
 
 @pytest.mark.partitions(2)
-async def test_example_book_slot_executor(exec_runtime: Runtime) -> None:
+async def test_example_book_slot_executor(runtime: Runtime) -> None:
     """examples/book_slot_executor.py, loaded as ``processor executor run`` loads it."""
     from processor.core.events import CallConfirmed
     from processor.executor.handlers import load_handlers
 
-    rt = exec_runtime
+    rt = runtime
     handlers = load_handlers("examples.book_slot_executor:handlers")
     assert handlers.tools() == ["book_slot"]
     booking = {"date": "2031-05-04", "time": "19:30", "party_size": 4}
-    await rt.control(started("acme", "book"))
+    await rt.control(turn_started("acme", "book"))
     confirmations = []
     for call_id in ("call_0", "call_1"):
         confirmation = CallConfirmed(

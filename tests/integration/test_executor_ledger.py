@@ -23,24 +23,20 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from processor.executor.handlers import Call, Handlers
 from processor.executor.records import ExecutionEntry
-from processor.executor.topics import executor_topics
 from processor.runtime.tail import read_records
-from tests.integration.conftest import REPO_ROOT, Runtime, wait_until
+from tests.integration.conftest import REPO_ROOT, Runtime, turn_started, wait_until
 from tests.integration.test_executor_fence import (
     Executor,
     Recorder,
-    exec_runtime,
     group_of,
     make_dispatch,
     results,
     running,
-    started,
     wait_results,
     write_dispatch,
 )
 
 pytestmark = pytest.mark.integration
-__all__ = ["exec_runtime"]
 
 # Handlers for the executor subprocess of the crash test: book_slot never returns.
 crash_handlers = Handlers()
@@ -54,7 +50,7 @@ async def _hang(call: Call) -> Mapping[str, Any]:
 
 
 async def ledger(runtime: Runtime) -> list[ExecutionEntry]:
-    topic = executor_topics(runtime.settings).executions
+    topic = runtime.topics.executions
     return [
         ExecutionEntry.model_validate_json(r.value)
         async for r in read_records(runtime.settings, topic)
@@ -76,14 +72,14 @@ async def rewind_group(runtime: Runtime, group: str) -> None:
 
 
 @pytest.mark.partitions(3)
-async def test_duplicates_restart_and_rewound_offsets_never_rerun(exec_runtime: Runtime) -> None:
-    rt = exec_runtime
+async def test_duplicates_restart_and_rewound_offsets_never_rerun(runtime: Runtime) -> None:
+    rt = runtime
     group = group_of(rt)
     recorder = Recorder()
     turns = [f"t{i}" for i in range(6)]
     dispatches = [make_dispatch("acme", t, "call_0") for t in turns]
     for t in turns:
-        await rt.control(started("acme", t))
+        await rt.control(turn_started("acme", t))
     await write_dispatch(rt, *dispatches)
     await write_dispatch(rt, dispatches[0], dispatches[3])  # duplicated records
     async with running(Executor(rt.settings, recorder.handlers, group=group)) as ex:
@@ -115,8 +111,8 @@ async def test_duplicates_restart_and_rewound_offsets_never_rerun(exec_runtime: 
 
 
 @pytest.mark.partitions(3)
-async def test_rebalance_between_members_runs_each_dispatch_once(exec_runtime: Runtime) -> None:
-    rt = exec_runtime
+async def test_rebalance_between_members_runs_each_dispatch_once(runtime: Runtime) -> None:
+    rt = runtime
     group = group_of(rt)
     seen: Counter[str] = Counter()
     handlers = Handlers()
@@ -128,7 +124,7 @@ async def test_rebalance_between_members_runs_each_dispatch_once(exec_runtime: R
     handlers.register("get_weather", slow)
     turns = [f"r{i}" for i in range(24)]
     for t in turns:
-        await rt.control(started("acme", t))
+        await rt.control(turn_started("acme", t))
     dispatches = [make_dispatch("acme", t, "call_0") for t in turns]
     await write_dispatch(rt, *dispatches[:12])
     first = Executor(rt.settings, handlers, group=group, batch_size=2)
@@ -151,12 +147,12 @@ async def test_rebalance_between_members_runs_each_dispatch_once(exec_runtime: R
 
 @pytest.mark.partitions(2)
 async def test_crash_mid_handler_reports_unknown_and_never_reruns(
-    exec_runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path
 ) -> None:
-    rt = exec_runtime
+    rt = runtime
     group = group_of(rt)
     d = make_dispatch("acme", "crash", "call_0", tool="book_slot")
-    await rt.control(started("acme", "crash"))
+    await rt.control(turn_started("acme", "crash"))
     await write_dispatch(rt, d)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
     env.update(rt.env_settings)

@@ -95,7 +95,8 @@ def cancelled(turn: str = "t1", reason: str = "user_stop") -> TurnCancelled:
     )
 
 
-def confirmed(**overrides: Any) -> CallConfirmed:
+def _call_command(**overrides: Any) -> dict[str, Any]:
+    """The fields of a call.confirmed / call.denied for call key (acme, t1, r1, i1, c1)."""
     fields: dict[str, Any] = {
         "command_id": cid(),
         "issued_by": "gateway",
@@ -106,26 +107,16 @@ def confirmed(**overrides: Any) -> CallConfirmed:
         "item_id": "i1",
         "call_id": "c1",
         "actor": "user-1",
-        "args_digest": "digest-1",
     }
-    fields.update(overrides)
-    return CallConfirmed(**fields)
+    return {**fields, **overrides}
+
+
+def confirmed(**overrides: Any) -> CallConfirmed:
+    return CallConfirmed(**_call_command(**{"args_digest": "digest-1", **overrides}))
 
 
 def denied(**overrides: Any) -> CallDenied:
-    fields: dict[str, Any] = {
-        "command_id": cid(),
-        "issued_by": "gateway",
-        "issued_at": NOW,
-        "tenant": "acme",
-        "turn_id": "t1",
-        "response_id": "r1",
-        "item_id": "i1",
-        "call_id": "c1",
-        "actor": "user-1",
-    }
-    fields.update(overrides)
-    return CallDenied(**fields)
+    return CallDenied(**_call_command(**overrides))
 
 
 def signed(cls: Any, signer: OperatorSigner = SIGNER, ttl: float = 300.0, **target: Any) -> Any:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -109,3 +111,57 @@ async def test_oauthbearer_static_token() -> None:
     assert "s3cr3t-token" not in s.masked()
     provider = s.kafka_client_kwargs()["sasl_oauth_token_provider"]
     assert await provider.token() == "s3cr3t-token"
+
+
+def test_executor_topics_are_named_with_the_others() -> None:
+    names = TopicNames.from_prefix("p.")
+    assert (names.results, names.executions) == ("p.results", "p.executions")
+    assert list(names.all())[-2:] == ["results", "executions"]
+
+
+def test_executions_retention_is_forever_or_at_least_the_dispatch_retention() -> None:
+    assert Settings().executions_retention_ms == -1
+    week = 7 * 24 * 3600 * 1000
+    assert Settings(executions_retention_ms=week).executions_retention_ms == week
+    with pytest.raises(ValidationError, match="executions_retention_ms"):
+        Settings(output_retention_ms=week, executions_retention_ms=week - 1)
+
+
+def test_keyring_file_takes_one_path_several_or_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert Settings(keyring_file=tmp_path / "k.yaml").keyring_file == (tmp_path / "k.yaml",)
+    assert Settings(keyring_file=["a.yaml", "keys.d"]).keyring_file == (
+        Path("a.yaml"),
+        Path("keys.d"),
+    )
+    assert Settings(keyring_file="").keyring_file is None
+    assert Settings(keyring_file=[]).keyring_file is None
+    monkeypatch.setenv("PROCESSOR_KEYRING_FILE", f"a.yaml{os.pathsep}keys.d")
+    assert Settings().keyring_file == (Path("a.yaml"), Path("keys.d"))
+    monkeypatch.setenv("PROCESSOR_KEYRING_FILE", "/etc/processor/keyring.yaml")
+    assert Settings().keyring_file == (Path("/etc/processor/keyring.yaml"),)
+    assert "keyring_file=['/etc/processor/keyring.yaml']" in Settings().masked()
+
+
+@pytest.mark.parametrize("command", [["worker"], ["executor", "run", "--handlers", "m:h"]])
+def test_keyring_flag_repeats_and_takes_folders(tmp_path: Path, command: list[str]) -> None:
+    """``--keyring`` (worker and executor): files and folders of keygen output, merged."""
+    from processor.cli import build_parser
+    from processor.executor import commands as executor_commands
+    from processor.ops.signing import Keyring, keygen
+    from processor.runtime import commands as runtime_commands
+
+    folder = tmp_path / "keys"
+    keygen(folder, "ops-a", "alice", ["acme"])
+    keygen(folder, "ops-b", "bob", ["*"])
+    _, single = keygen(tmp_path, "ops-c", "carol", ["globex"])
+    args = build_parser().parse_args([*command, "--keyring", str(folder), "--keyring", str(single)])
+    assert args.keyring == [str(folder), str(single)]
+    settings = Settings(keyring_file=args.keyring)
+    if command[0] == "worker":
+        verifier = runtime_commands._verifier(settings)
+    else:
+        verifier = executor_commands._verifier(settings, allow_unsigned=False)
+    assert isinstance(verifier, Keyring)
+    assert all(key_id in verifier for key_id in ("ops-a", "ops-b", "ops-c"))

@@ -541,6 +541,42 @@ def test_load_unreadable_and_unparsable(tmp_path: Path) -> None:
         Keyring.load(bad_json)
 
 
+def test_load_merges_files_and_keyring_folders(tmp_path: Path) -> None:
+    folder = tmp_path / "keyring.d"
+    keygen(folder, "ops-alice-1", "alice", ["acme"])
+    keygen(folder, "ops-root-1", "root", ["*"])
+    (folder / "notes.yaml").write_text("not: a keyring\n", encoding="utf-8")  # not *.keyring.yaml
+    extra = _write(tmp_path / "extra.yaml", {"keys": [_entry()]})
+    ring = Keyring.load(folder, extra)
+    assert len(ring) == 3
+    assert all(k in ring for k in ("ops-alice-1", "ops-root-1", "ops-key-7"))
+    assert str(folder / "ops-alice-1.keyring.yaml") in ring.source and str(extra) in ring.source
+    assert ring.verify(SIGNER.sign(TenantStopped(**COMMON, tenant="acme")), NOW) == "unknown_key"
+    # a file named twice (itself and through its folder) is read once
+    assert len(Keyring.load(folder, folder / "ops-root-1.keyring.yaml")) == 2
+
+
+def test_load_duplicate_key_id_across_files_names_both(tmp_path: Path) -> None:
+    first = _write(tmp_path / "a.keyring.yaml", {"keys": [_entry()]})
+    second = _write(tmp_path / "b.yaml", {"keys": [_entry(operator="bob")]})
+    with pytest.raises(ConfigurationError, match=r"'ops-key-7'.*duplicate") as info:
+        Keyring.load(first, second)
+    assert str(first) in str(info.value) and str(second) in str(info.value)
+    assert len(Keyring.load(tmp_path)) == 1  # the folder: a.keyring.yaml only
+    with pytest.raises(ConfigurationError, match="duplicate") as info:
+        Keyring.load(tmp_path, second)
+    assert str(first) in str(info.value) and str(second) in str(info.value)
+
+
+def test_load_needs_a_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="no keyring file"):
+        Keyring.load()
+    (tmp_path / "ring.yaml").write_text("keys: []\n", encoding="utf-8")
+    with pytest.raises(ConfigurationError, match=r"no \*\.keyring\.yaml files") as info:
+        Keyring.load(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
 def test_from_document_source_in_error() -> None:
     with pytest.raises(ConfigurationError, match=r"inline-src.*'k9'"):
         Keyring.from_document({"keys": [_entry(key_id="k9", tenants=[])]}, source="inline-src")

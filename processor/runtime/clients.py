@@ -1,0 +1,119 @@
+"""The Kafka clients every process builds the same way, and reading a partition to its end.
+
+- :func:`admin_client` — an ``AIOKafkaAdminClient`` as an async context manager;
+- :func:`committed_reader` — a consumer without a group that reads committed records only
+  (``read_committed``, manual offsets, from the earliest offset): restores, the executor's
+  control barrier and ledger, ``tail`` and ``audit``;
+- :class:`IdempotentProducer` — an idempotent ``acks=all`` producer for one topic, the base of the
+  adapters' :class:`~processor.runtime.publish.Publisher` and the operators'
+  :class:`~processor.ops.ctl.ControlWriter`;
+- :func:`read_to_end` — consume one assigned partition until the consumer's *position* reaches an
+  end offset. The last offsets of a transactional topic can be commit markers, which no record
+  carries, and a compacted partition has holes, so "the last record has offset end - 1" may never
+  happen; the position always gets there.
+
+Transactional producers (one per input partition, ARCHITECTURE.md §5) are built where they are
+fenced and used: :mod:`processor.runtime.partition` and :mod:`processor.executor.client`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, Final, Self
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from processor.settings import Settings
+
+__all__ = ["IdempotentProducer", "admin_client", "committed_reader", "read_to_end"]
+
+_MAX_POLL_SECONDS: Final = 0.5
+
+
+@asynccontextmanager
+async def admin_client(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
+    """``async with admin_client(settings) as admin``: started, and closed on the way out."""
+    admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+def committed_reader(settings: Settings, **extra: Any) -> AIOKafkaConsumer:
+    """A consumer (not started) without a group: manual assignment and offsets, committed records
+    only, from the earliest offset. ``extra`` adds or overrides consumer settings."""
+    options: dict[str, Any] = {
+        **settings.kafka_client_kwargs(),
+        "group_id": None,
+        "enable_auto_commit": False,
+        "isolation_level": "read_committed",
+        "auto_offset_reset": "earliest",
+    }
+    return AIOKafkaConsumer(**{**options, **extra})
+
+
+async def read_to_end(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    end: int,
+    apply: Callable[[ConsumerRecord], object],
+    *,
+    deadline: float,
+    max_records: int | None = None,
+) -> bool:
+    """Feed ``apply`` the records of ``tp`` from the consumer's position until the position
+    reaches ``end``; False when the ``time.monotonic()`` deadline passes first."""
+    while await consumer.position(tp) < end:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        timeout_ms = int(min(remaining, _MAX_POLL_SECONDS) * 1000)
+        batches = await consumer.getmany(tp, timeout_ms=timeout_ms, max_records=max_records)
+        for record in batches.get(tp, ()):
+            apply(record)
+    return True
+
+
+class IdempotentProducer:
+    """An idempotent producer (``enable_idempotence``, ``acks=all``) for one topic, used as
+    ``async with``. Broker-side deduplication of retried batches keeps each partition's records
+    once and in order. ``client_suffix`` names the role in the client id; ``extra`` adds producer
+    settings (``linger_ms``, ``max_request_size``)."""
+
+    def __init__(self, settings: Settings, topic: str, client_suffix: str, **extra: Any) -> None:
+        self.settings = settings
+        self.topic = topic
+        self._producer = AIOKafkaProducer(
+            **{
+                **settings.kafka_client_kwargs(),
+                "client_id": f"{settings.client_id}-{client_suffix}",
+                "enable_idempotence": True,
+                "acks": "all",
+                **extra,
+            }
+        )
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
