@@ -21,7 +21,6 @@ from processor.core.events import (
     Dispatch,
     InputEvent,
     Proposal,
-    ResponseStatus,
     TenantStopped,
     ToolDisabled,
     TurnStarted,
@@ -116,12 +115,22 @@ def tool_disabled_mid_call() -> list[InputEvent]:
 SCENARIOS: dict[str, Callable[[], list[InputEvent]]] = {
     f.__name__: f
     for f in (
-        interleaved, duplicates, conflicting_duplicate, terminal_before_missing_fragment,
-        malformed, cancellation_before_terminal, reconnection_replay, renamed_tool,
-        new_turn_while_old_fragments_arrive, stop_during_collecting,
-        stop_during_terminal_validation, late_terminal_for_cancelled_turn, stale_digest,
-        confirmed, tool_disabled_mid_call,
-    )  # fmt: skip
+        interleaved,
+        duplicates,
+        conflicting_duplicate,
+        terminal_before_missing_fragment,
+        malformed,
+        cancellation_before_terminal,
+        reconnection_replay,
+        renamed_tool,
+        new_turn_while_old_fragments_arrive,
+        stop_during_collecting,
+        stop_during_terminal_validation,
+        late_terminal_for_cancelled_turn,
+        stale_digest,
+        confirmed,
+        tool_disabled_mid_call,
+    )
 }
 
 # Commands that legitimately reach every turn of a tenant (or every call of a tool).
