@@ -14,6 +14,7 @@ from processor.runtime.codec import (
     valid_traceparent,
 )
 from processor.runtime.topics import (
+    EXECUTOR_LEDGER,
     TopicLayoutError,
     TopicState,
     check_copartitioning,
@@ -37,6 +38,29 @@ def test_specs_cover_every_topic_with_its_policy() -> None:
         assert specs[role].config["cleanup.policy"] == "delete"
     assert specs["audit"].config["retention.ms"] == "-1"
     assert specs["dispatch"].config["max.message.bytes"] == str(s.max_message_bytes)
+    # the fence compares command times with the broker's clock, never a producer's
+    assert specs["control"].config["message.timestamp.type"] == "LogAppendTime"
+    assert all(
+        "message.timestamp.type" not in spec.config
+        for role, spec in specs.items()
+        if role != "control"
+    )
+    # the executors' topics: results like the outputs; the ledger compacted and kept forever
+    assert specs["results"].name == "p.results"
+    assert specs["results"].config["cleanup.policy"] == "delete"
+    assert specs["results"].config["retention.ms"] == str(s.output_retention_ms)
+    assert specs["executions"].name == "p.executions"
+    assert specs["executions"].config["cleanup.policy"] == "compact"
+    assert specs["executions"].config["retention.ms"] == "-1"
+    assert specs["executions"].partitions == specs["dispatch"].partitions
+
+
+def test_a_bounded_ledger_is_compacted_and_deleted_after_the_dispatch_retention() -> None:
+    week = 7 * 24 * 3600 * 1000
+    s = Settings(output_retention_ms=week, executions_retention_ms=2 * week)
+    executions = {spec.role: spec for spec in topic_specs(s)}["executions"]
+    assert executions.config["cleanup.policy"] == "compact,delete"
+    assert executions.config["retention.ms"] == str(2 * week)
 
 
 def test_specs_follow_settings_and_overrides() -> None:
@@ -67,6 +91,24 @@ def test_copartitioning_explains_a_mismatch() -> None:
 def test_copartitioning_names_missing_topics() -> None:
     with pytest.raises(TopicLayoutError, match=r"missing topic\(s\): p.control"):
         check_copartitioning(_states(6, None, 6))
+
+
+def test_dispatch_and_the_executor_ledger_must_match() -> None:
+    names = TopicNames.from_prefix("p.")
+    states = {
+        role: TopicState(role, names.all()[role], n)
+        for role, n in {"dispatch": 6, "executions": 6}.items()
+    }
+    check_copartitioning(states, EXECUTOR_LEDGER)
+    states["executions"] = TopicState("executions", "p.executions", 3)
+    with pytest.raises(TopicLayoutError) as info:
+        check_copartitioning(states, EXECUTOR_LEDGER)
+    assert "p.dispatch has 6" in str(info.value) and "p.executions has 3" in str(info.value)
+    assert "ledger partition p" in str(info.value)
+    del states["executions"]
+    states["executions"] = TopicState("executions", "p.executions", None)
+    with pytest.raises(TopicLayoutError, match=r"missing topic\(s\): p.executions"):
+        check_copartitioning(states, EXECUTOR_LEDGER)
 
 
 def test_describe_lines() -> None:
