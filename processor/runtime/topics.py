@@ -97,7 +97,6 @@ EXECUTOR_LEDGER: Final = CopartitionedTopics(
     "Create executions with the partition count of dispatch before any executor runs "
     "(ledger entries cannot move between partitions).",
 )
-COPARTITIONED: Final = WORKER_INPUTS.roles
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from tests.integration.conftest import Runtime, call_events, turn_started, wait_
 
 pytestmark = pytest.mark.integration
 
-RECORDS = 200_000
+RECORDS = 300_000
 BATCH = 20_000
 
 
@@ -69,13 +69,16 @@ async def test_rebalance_during_restore_then_complete_restore(runtime: Runtime) 
     target = next(t for t in turns if _partition_of(runtime, t) == 0)
     await _preload(runtime, 0, turns)
 
-    w1 = runtime.start_worker("w1")
+    # A member learns of a rebalance from a heartbeat: short heartbeats and a restore of a few
+    # seconds keep w2's join (a process start) inside w1's restore of partition 0.
+    fast_heartbeat = {"PROCESSOR_HEARTBEAT_INTERVAL_MS": "200"}
+    w1 = runtime.start_worker("w1", **fast_heartbeat)
 
     async def w1_assigned() -> bool:
         return any(r.get("msg") == "partitions assigned" for r in w1.log_records())
 
     await wait_until(w1_assigned, timeout=60, interval=0.1, what="w1 assigned")
-    w2 = runtime.start_worker("w2")
+    w2 = runtime.start_worker("w2", **fast_heartbeat)
 
     async def all_ready() -> bool:
         owned = []
