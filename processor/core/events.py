@@ -67,7 +67,7 @@ def turn_key(tenant: str, turn_id: str) -> str:
     return f"{tenant}/{turn_id}"
 
 
-class _CallRecord(_Record):
+class CallRecord(_Record):
     tenant: Id
     turn_id: Id
     response_id: Id
@@ -88,7 +88,7 @@ class _CallRecord(_Record):
 # --------------------------------------------------------------------------- fragments
 
 
-class _Fragment(_CallRecord):
+class _Fragment(CallRecord):
     event_id: Id
     provider: Name
     ts: float
@@ -190,7 +190,7 @@ class TurnCancelled(_Control):
     turn_id: Id
 
 
-class CallConfirmed(_Control, _CallRecord):
+class CallConfirmed(_Control, CallRecord):
     """The user confirmed exactly the arguments whose digest is ``args_digest``."""
 
     type: Literal["call.confirmed"] = "call.confirmed"
@@ -198,7 +198,7 @@ class CallConfirmed(_Control, _CallRecord):
     args_digest: Id
 
 
-class CallDenied(_Control, _CallRecord):
+class CallDenied(_Control, CallRecord):
     type: Literal["call.denied"] = "call.denied"
     actor: Id
     args_digest: Id | None = None
@@ -303,7 +303,7 @@ CONTROL_TYPES: Final = frozenset(
 # --------------------------------------------------------------------------- outputs
 
 
-class Dispatch(_CallRecord):
+class Dispatch(CallRecord):
     """A validated, bound, permitted (and where required, confirmed) call for executors."""
 
     type: Literal["dispatch"] = "dispatch"
@@ -319,7 +319,7 @@ class Dispatch(_CallRecord):
     ts: float
 
 
-class Proposal(_CallRecord):
+class Proposal(CallRecord):
     """A validated call that waits for the user's confirmation of exactly ``args_digest``."""
 
     type: Literal["proposal"] = "proposal"
@@ -341,7 +341,7 @@ class UserState(StrEnum):
     FAILED = "failed"
 
 
-class Status(_CallRecord):
+class Status(CallRecord):
     """What the user may be told. ``preparing`` is a cue, never an action."""
 
     type: Literal["status"] = "status"
@@ -353,7 +353,7 @@ class Status(_CallRecord):
     ts: float
 
 
-class Ledger(_CallRecord):
+class Ledger(CallRecord):
     """What happened to one call, once it is terminal. Never argument values."""
 
     type: Literal["ledger"] = "ledger"

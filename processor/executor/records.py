@@ -23,8 +23,7 @@ from typing import Any, Final, Literal, TypedDict, Unpack
 
 import orjson
 
-from processor.core.events import Dispatch, Id, Name, Reason, stable_id
-from processor.core.events import _CallRecord as CallRecord
+from processor.core.events import CallRecord, Dispatch, Id, Name, Reason, stable_id
 
 __all__ = [
     "MAX_OUTPUT_BYTES",

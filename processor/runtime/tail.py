@@ -23,7 +23,9 @@ from processor.runtime.codec import TRACEPARENT, header
 from processor.runtime.topics import partition_count
 from processor.settings import Settings
 
-TAIL_ROLES: Final = ("dispatch", "proposals", "status", "ledger", "audit", "deadletter")
+TAIL_ROLES: Final = (
+    "dispatch", "proposals", "status", "ledger", "audit", "deadletter", "results",
+)  # fmt: skip
 
 
 async def read_records(
@@ -118,6 +120,11 @@ def record_line(record: ConsumerRecord) -> str:
         )
         if v.get("rejection"):
             detail += f" rejection={v.get('rejection')}"
+    elif kind == "execution.result":
+        detail = (
+            f"{call} tool={v.get('tool')} {v.get('outcome')} reason={v.get('reason')} "
+            f"dispatch_id={v.get('dispatch_id')} group={v.get('executor_group')}"
+        )
     elif kind == "deadletter":
         detail = (
             f"{v.get('source_topic')}/{v.get('partition')}@{v.get('offset')} "
