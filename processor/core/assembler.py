@@ -116,8 +116,14 @@ class Assembler:
 
     # ================================================================== entry points
 
-    def handle_record(self, payload: bytes, source: RecordSource, now: float) -> list[OutputRecord]:
-        """Decode one raw record and handle it; an unusable record becomes a dead letter."""
+    def handle_record(
+        self, payload: bytes, source: RecordSource, now: float, *, record_time: float | None = None
+    ) -> list[OutputRecord]:
+        """Decode one raw record and handle it; an unusable record becomes a dead letter.
+
+        ``record_time`` is when the record was written (the broker's append time): commands are
+        judged by it, not by when a lagging worker happens to read them.
+        """
         try:
             event = decode_input(payload)
         except RecordRejected as exc:
@@ -125,10 +131,19 @@ class Assembler:
         if _event_time(event) < now - self.limits.retention_seconds:
             detail = "older than the retention window; its state may have been forgotten"
             return [self.dead_letter(payload, source, "stale_event", detail, now)]
-        return self.handle(event, now)
+        return self.handle(event, now, record_time=record_time)
 
-    def handle(self, event: InputEvent, now: float) -> list[OutputRecord]:
-        """Apply one decoded fragment or control event."""
+    def handle(
+        self, event: InputEvent, now: float, *, record_time: float | None = None
+    ) -> list[OutputRecord]:
+        """Apply one decoded fragment or control event.
+
+        ``now`` is processing time (buffers' activity, expiry deadlines); ``record_time``, when
+        known, is when the event was written: operator-command expiry and confirmation deadlines
+        are judged by it, so a worker that reads a backlog late does not reject what arrived in
+        time. Without it, ``now`` stands in (offline replay).
+        """
+        written = now if record_time is None else record_time
         out: list[OutputRecord] = []
         match event:
             case CallStarted() | CallDelta() | CallEnded():
@@ -140,11 +155,11 @@ class Assembler:
             case TurnCancelled():
                 self._on_turn_cancelled(event, now, out)
             case CallConfirmed():
-                self._on_confirmed(event, now, out)
+                self._on_confirmed(event, now, written, out)
             case CallDenied():
-                self._on_denied(event, now, out)
+                self._on_denied(event, now, written, out)
             case _:
-                self._on_operator(event, now, out)
+                self._on_operator(event, now, written, out)
         return out
 
     def tick(self, now: float) -> list[OutputRecord]:
@@ -405,11 +420,13 @@ class Assembler:
         affected = self._stop(self._turn_calls(event.tenant, event.turn_id), reason, now, out)
         out.append(outputs.audit(event, AuditOutcome.APPLIED, None, affected, now))
 
-    def _on_confirmed(self, event: CallConfirmed, now: float, out: list[OutputRecord]) -> None:
+    def _on_confirmed(
+        self, event: CallConfirmed, now: float, written: float, out: list[OutputRecord]
+    ) -> None:
         if self._replayed(event, now, out):
             return
         buf = self.calls.get(event.key)
-        problem = self._confirmation_problem(buf, event.actor, now)
+        problem = self._confirmation_problem(buf, event.actor, written)
         if problem is None and buf is not None and buf.args_digest != event.args_digest:
             problem = "digest_mismatch"
         if problem is not None or buf is None:
@@ -420,31 +437,37 @@ class Assembler:
         out.append(outputs.audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
         self._dispatch(buf, event.command_id, now, out)
 
-    def _on_denied(self, event: CallDenied, now: float, out: list[OutputRecord]) -> None:
+    def _on_denied(
+        self, event: CallDenied, now: float, written: float, out: list[OutputRecord]
+    ) -> None:
         if self._replayed(event, now, out):
             return
         buf = self.calls.get(event.key)
-        problem = self._confirmation_problem(buf, event.actor, now)
+        problem = self._confirmation_problem(buf, event.actor, written)
         if problem is not None or buf is None:
             out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
             return
         out.append(outputs.audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
         self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
 
-    def _confirmation_problem(self, buf: CallBuffer | None, actor: str, now: float) -> str | None:
+    def _confirmation_problem(
+        self, buf: CallBuffer | None, actor: str, written: float
+    ) -> str | None:
         if buf is None or buf.state is not CallState.VALIDATED or buf.expires_at is None:
             return "not_awaiting_confirmation"
         turn = self.control.turn(buf.key.tenant, buf.key.turn_id)
         if turn is None or turn.actor != actor:
             return "wrong_actor"
-        if now > buf.expires_at:
+        if written > buf.expires_at:
             return "expired"
         return None
 
     # ================================================================== control: operators
 
-    def _on_operator(self, event: OperatorCommand, now: float, out: list[OutputRecord]) -> None:
-        rejection = self.verifier.verify(event, now)
+    def _on_operator(
+        self, event: OperatorCommand, now: float, written: float, out: list[OutputRecord]
+    ) -> None:
+        rejection = self.verifier.verify(event, written)
         if rejection is not None:
             out.append(outputs.audit(event, AuditOutcome.REJECTED, rejection, [], now))
             return

@@ -180,12 +180,12 @@ class PartitionTask:
     def build(
         self, records: Mapping[str, Sequence[ConsumerRecord]], now: float, *, tick: bool
     ) -> Step:
-        """Feed one batch (topic role → records) and the optional tick to the Assembler."""
+        """Feed one batch (topic role → records), then the optional tick, to the Assembler.
+
+        The tick comes after the records, and the caller asks for it only when both inputs are
+        caught up: expiry must never overtake a backlog that may hold the awaited event.
+        """
         step = Step()
-        if tick:
-            self.last_tick = now
-            for out in self.assembler.tick(now):
-                self._emit(step, out, None, None)
         merged: Iterable[ConsumerRecord] = heapq.merge(
             records.get("control", ()),
             records.get("fragments", ()),
@@ -204,6 +204,10 @@ class PartitionTask:
                 self._remember(record.key.decode("utf-8", "replace"), trace)
             for out in self._handle(record, role, now):
                 self._emit(step, out, trace, record.timestamp / 1000.0)
+        if tick:
+            self.last_tick = now
+            for out in self.assembler.tick(now):
+                self._emit(step, out, None, None)
         for change in self.assembler.drain_changes():
             step.plan.changelog.append(encode_change(change, self.topics.changelog, self.partition))
         return step
@@ -215,7 +219,8 @@ class PartitionTask:
         if misplaced is not None:
             return [self.assembler.dead_letter(payload, source, "wrong_topic", misplaced, now)]
         try:
-            return self.assembler.handle_record(payload, source, now)
+            written = record.timestamp / 1000.0  # control uses LogAppendTime: the broker's clock
+            return self.assembler.handle_record(payload, source, now, record_time=written)
         except Exception as exc:  # a core bug must not stop the partition
             # no traceback: an exception message from the core could quote argument text
             log.error(
@@ -244,6 +249,22 @@ class PartitionTask:
             step.terminal.append((out.state, out.terminal_reason or "none"))
         elif isinstance(out, DeadLetter):
             step.deadletters.append(out.reason)
+
+    def caught_up(
+        self,
+        end_offsets: Mapping[TopicPartition, int | None],
+        fed: Mapping[str, Sequence[ConsumerRecord]],
+    ) -> bool:
+        """Whether both inputs are read to their end once ``fed`` is applied (for the tick)."""
+        for tp in self.tps:
+            end = end_offsets.get(tp)
+            if end is None:
+                return False
+            records = fed.get(self.roles[tp.topic])
+            position = records[-1].offset + 1 if records else self.expected.get(tp, 0)
+            if position < end:
+                return False
+        return True
 
     def _remember(self, key: str, trace: str) -> None:
         self._traces[key] = trace

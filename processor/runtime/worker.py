@@ -201,6 +201,9 @@ class Worker:
                 self._drop(consumer, task, records)  # fetched before the task's latest seek
                 records = {}
             tick = now - task.last_tick >= self.settings.tick_interval_seconds
+            if tick:  # expire only when caught up: a backlog may hold what a buffer awaits
+                ends = {tp: _end_offset(consumer, tp) for tp in task.tps}
+                tick = task.caught_up(ends, records)
             if not records and not tick:
                 continue
             step = task.build(records, now, tick=tick)
@@ -281,6 +284,15 @@ class Worker:
         if self.health is not None:
             await self.health.stop()
         log.info("worker stopped")
+
+
+def _end_offset(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """The last stable offset the fetcher has seen for ``tp`` (None before any fetch)."""
+    try:
+        end = consumer.last_stable_offset(tp)
+    except Exception:  # not assigned any more
+        return None
+    return end if isinstance(end, int) and end >= 0 else None
 
 
 async def run_worker(

@@ -160,3 +160,26 @@ async def test_health_endpoint_serves_probes_and_metrics() -> None:
         assert (await get("/nope"))[0] == 404
     finally:
         await server.stop()
+
+
+def test_a_late_tick_never_overtakes_the_backlog(task: PartitionTask) -> None:
+    """A call ended in time but its end is read long after: records first, then any expiry."""
+    events = call_events("acme", "t1", "c1", '{"city": "Oslo"}')
+    frags = records_of("x.fragments", events, start_ms=2000)
+    ctrl = records_of("x.control", [turn_started("acme", "t1")], start_ms=1000)
+    now = time.time()
+    task.build({"fragments": frags[:-1], "control": ctrl}, now, tick=False)
+    much_later = now + 10 * task.assembler.limits.idle_timeout_seconds
+    step = task.build({"fragments": frags[-1:]}, much_later, tick=True)
+    assert [o.topic for o in step.plan.outputs].count("x.dispatch") == 1
+
+
+def test_caught_up_only_when_both_inputs_reach_their_end(task: PartitionTask) -> None:
+    frags = records_of("x.fragments", call_events("acme", "t1", "c1", "{}"), start_ms=2000)
+    n = len(frags)
+    ends = {task.fragments_tp: n, task.control_tp: 0}
+    assert task.caught_up(ends, {"fragments": frags})
+    assert not task.caught_up({**ends, task.fragments_tp: n + 1}, {"fragments": frags})
+    assert not task.caught_up({**ends, task.control_tp: 3}, {"fragments": frags})
+    assert not task.caught_up({**ends, task.control_tp: None}, {"fragments": frags})
+    assert not task.caught_up(ends, {})  # nothing fed yet: positions are still 0
