@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
@@ -39,45 +39,11 @@ from processor.core.errors import ConfigurationError, ProcessorError
 from processor.executor.fence import ApplyOutcome, FenceState
 from processor.observability import metrics
 from processor.runtime.clients import committed_reader, read_to_end
+from processor.runtime.partitioner import partition_for
 from processor.runtime.topics import partition_count
 from processor.settings import Settings
 
-__all__ = ["BarrierTimeout", "ControlBarrier", "murmur2", "partition_for"]
-
-_SEED: Final = 0x9747B28C
-_M: Final = 0x5BD1E995
-_MASK32: Final = 0xFFFFFFFF
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) as a signed 32-bit int."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK32
-    for i in range(0, length - length % 4, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * _M) & _MASK32
-        k ^= k >> 24
-        k = (k * _M) & _MASK32
-        h = (h * _M) & _MASK32
-        h ^= k
-    rest = length % 4
-    tail = length - rest
-    if rest >= 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * _M) & _MASK32
-    h ^= h >> 13
-    h = (h * _M) & _MASK32
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives a keyed record (``toPositive`` + modulo)."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+__all__ = ["BarrierTimeout", "ControlBarrier"]
 
 
 class BarrierTimeout(ProcessorError):

@@ -70,6 +70,7 @@ from processor.core.events import (
 from processor.observability.logging import fields
 from processor.runtime import transaction
 from processor.runtime.codec import encode_change, encode_output, output_role, traceparent_of
+from processor.runtime.partitioner import misrouted
 from processor.runtime.restore import RestoreResult, restore_partition
 from processor.runtime.transaction import CommitPlan
 from processor.settings import Settings
@@ -122,6 +123,7 @@ class PartitionTask:
         self.expected: dict[TopicPartition, int] = {}
         self.ready_seq = 0  # the manager's sequence number when this task last became ready
         self.last_tick = 0.0
+        self.input_partitions = 0  # partition count of the inputs, known once prepared
         self._traces: OrderedDict[str, str] = OrderedDict()
 
     @property
@@ -154,6 +156,7 @@ class PartitionTask:
             assembler, self.topics.changelog, self.partition, s, timeout=s.restore_timeout_seconds
         )
         self.assembler = assembler
+        self.input_partitions = len(consumer.partitions_for_topic(self.topics.fragments) or ())
         for tp in self.tps:
             committed = await consumer.committed(tp)
             if committed is None:
@@ -215,9 +218,10 @@ class PartitionTask:
     def _handle(self, record: ConsumerRecord, role: str, now: float) -> list[OutputRecord]:
         payload: bytes = record.value or b""
         source = RecordSource(record.topic, record.partition, record.offset)
-        misplaced = _misplaced(payload, role)
-        if misplaced is not None:
-            return [self.assembler.dead_letter(payload, source, "wrong_topic", misplaced, now)]
+        problem = self._misplaced(payload, role)
+        if problem is not None:
+            reason, detail = problem
+            return [self.assembler.dead_letter(payload, source, reason, detail, now)]
         try:
             written = record.timestamp / 1000.0  # control uses LogAppendTime: the broker's clock
             return self.assembler.handle_record(payload, source, now, record_time=written)
@@ -234,6 +238,26 @@ class PartitionTask:
             )
             detail = f"internal error {type(exc).__name__}"
             return [self.assembler.dead_letter(payload, source, "internal_error", detail, now)]
+
+    def _misplaced(self, payload: bytes, role: str) -> tuple[str, str] | None:
+        """A decodable record on the wrong topic or partition: (reason, detail), else None.
+
+        Undecodable records are the Assembler's to dead-letter, with their own reasons.
+        """
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        kind = data.get("type") if isinstance(data, dict) else None
+        if not isinstance(kind, str) or kind not in FRAGMENT_TYPES | CONTROL_TYPES:
+            return None
+        if kind not in _ALLOWED[role]:
+            return "wrong_topic", f"a {kind} record is not accepted on the {role} topic"
+        if self.input_partitions:
+            detail = misrouted(data, self.partition, self.input_partitions)
+            if detail is not None:
+                return "misrouted", detail
+        return None
 
     def _emit(
         self, step: Step, out: OutputRecord, trace: str | None, trigger_time: float | None
@@ -281,17 +305,3 @@ class PartitionTask:
         )
         self.expected.update(step.plan.offsets)
         return seconds
-
-
-def _misplaced(payload: bytes, role: str) -> str | None:
-    """Why a decodable record does not belong on its topic, or None (undecodable: not our call)."""
-    try:
-        data = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    kind = data.get("type") if isinstance(data, dict) else None
-    if not isinstance(kind, str) or kind not in FRAGMENT_TYPES | CONTROL_TYPES:
-        return None
-    if kind in _ALLOWED[role]:
-        return None
-    return f"a {kind} record is not accepted on the {role} topic"

@@ -183,3 +183,19 @@ def test_caught_up_only_when_both_inputs_reach_their_end(task: PartitionTask) ->
     assert not task.caught_up({**ends, task.control_tp: 3}, {"fragments": frags})
     assert not task.caught_up({**ends, task.control_tp: None}, {"fragments": frags})
     assert not task.caught_up(ends, {})  # nothing fed yet: positions are still 0
+
+
+def test_turn_scoped_records_off_their_partition_are_dead_lettered(task: PartitionTask) -> None:
+    """A producer with another partitioner would split a turn; the worker says so."""
+    from processor.runtime.partitioner import partition_for
+
+    task.input_partitions = 6
+    turns = [f"t{i}" for i in range(100)]
+    home = next(t for t in turns if partition_for(f"acme/{t}".encode(), 6) == 2)
+    away = next(t for t in turns if partition_for(f"acme/{t}".encode(), 6) != 2)
+    ok = records_of("x.control", [turn_started("acme", home)], start_ms=1000)
+    bad = [record("x.control", 1, encode(turn_cancelled("acme", away)), ts_ms=1001)]
+    step = task.build({"control": ok + bad}, time.time(), tick=False)
+    dead = [orjson.loads(o.value) for o in step.plan.outputs if o.topic == "x.deadletter"]
+    assert [(d["reason"], d["offset"]) for d in dead] == [("misrouted", 1)]
+    assert "hashes to partition" in dead[0]["detail"]

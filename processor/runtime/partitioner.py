@@ -1,0 +1,39 @@
+"""Where Kafka's default partitioner puts a keyed record, and whether a record is where its turn is.
+
+Turn-scoped records (all fragments; ``turn.started``, ``turn.cancelled``, ``call.confirmed``,
+``call.denied``, ``response.quarantined`` on control) must sit on the partition their turn key
+``tenant/turn_id`` hashes to with murmur2 — the Java client's and aiokafka's default — or the
+worker that owns the turn, and the executor's barrier, never see them. A producer with another
+partitioner (librdkafka's default is CRC32: set ``partitioner=murmur2_random``) would silently
+split a turn; :func:`misrouted` makes that visible instead.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aiokafka.partitioner import murmur2
+
+from processor.core.events import turn_key
+
+# Control events that are copied to every partition, so any partition is theirs.
+FANNED_OUT: Final = frozenset({"tool.disabled", "tool.enabled", "tenant.stopped", "tenant.resumed"})
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a keyed record (``toPositive`` + modulo)."""
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def misrouted(record: dict[str, object], partition: int, partitions: int) -> str | None:
+    """Why a decoded turn-scoped record is on the wrong partition, or None."""
+    kind, tenant, turn = record.get("type"), record.get("tenant"), record.get("turn_id")
+    if kind in FANNED_OUT or not isinstance(tenant, str) or not isinstance(turn, str):
+        return None
+    home = partition_for(turn_key(tenant, turn).encode(), partitions)
+    if home == partition:
+        return None
+    return (
+        f"a {kind} record on partition {partition}, but its turn key hashes to partition {home} "
+        "(murmur2): its producer must use Kafka's default partitioner"
+    )
