@@ -214,6 +214,7 @@ class ExecutorClient:
         self._barrier = ControlBarrier(settings, self._new_fence)
         self._consumer: AIOKafkaConsumer | None = None
         self._owned: dict[int, _Owned] = {}
+        self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._started = False
@@ -279,6 +280,9 @@ class ExecutorClient:
         if not self._started:
             return
         self._started = False
+        for retake in self._retakes.values():
+            retake.cancel()
+        self._retakes.clear()
         async with self._lock:
             for owned in list(self._owned.values()):
                 await self._release(owned)
@@ -325,8 +329,12 @@ class ExecutorClient:
     ) -> bool:
         """Process one partition's records in order; False when the executor is stopping."""
         owned = self._owned.get(tp.partition)
-        if owned is None or owned.lost:
-            return True  # revoked after the fetch
+        if owned is None:  # revoked after the fetch, or its take is being retried
+            with contextlib.suppress(Exception):
+                consumer.seek(tp, records[0].offset)  # fetch them again once it is ours
+            return True
+        if owned.lost:
+            return True
         for record in records:
             try:
                 await self._process(owned, record)
@@ -354,10 +362,56 @@ class ExecutorClient:
                 previous = self._owned.pop(tp.partition, None)
                 if previous is not None:
                     await self._release(previous)
-                self._owned[tp.partition] = await self._take(tp.partition)
+                try:
+                    self._owned[tp.partition] = await self._take(tp.partition)
+                except Exception as exc:  # aiokafka swallows listener errors: retry here
+                    self._retry_take(tp, exc)
         self.assigned.set()
 
+    def _retry_take(self, tp: TopicPartition, exc: BaseException) -> None:
+        """Pause a partition whose take failed and retry the take in the background."""
+        log.warning(
+            "could not take a dispatch partition; retrying",
+            extra=fields(partition=tp.partition, error=type(exc).__name__),
+        )
+        metrics.EXECUTOR_TAKE_FAILURES.inc()
+        consumer = self._consumer
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.pause(tp)
+        if tp.partition not in self._retakes:
+            self._retakes[tp.partition] = asyncio.create_task(self._retake(tp))
+
+    async def _retake(self, tp: TopicPartition) -> None:
+        delay = 1.0
+        try:
+            while not self._stopping.is_set():
+                await asyncio.sleep(delay)
+                consumer = self._consumer
+                if consumer is None or tp not in consumer.assignment():
+                    return  # revoked meanwhile: the next owner takes it
+                async with self._lock:
+                    if tp.partition in self._owned:
+                        return
+                    try:
+                        self._owned[tp.partition] = await self._take(tp.partition)
+                    except Exception as exc:
+                        log.warning(
+                            "retrying the take of a dispatch partition",
+                            extra=fields(partition=tp.partition, error=type(exc).__name__),
+                        )
+                        delay = min(delay * 2, 30.0)
+                        continue
+                    consumer.resume(tp)
+                    return
+        finally:
+            self._retakes.pop(tp.partition, None)
+
     async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
+        for tp in revoked:
+            retake = self._retakes.pop(tp.partition, None)
+            if retake is not None:
+                retake.cancel()
         async with self._lock:  # waits for the record in hand, handler included
             for tp in revoked:
                 owned = self._owned.pop(tp.partition, None)
@@ -367,13 +421,18 @@ class ExecutorClient:
     async def _take(self, partition: int) -> _Owned:
         """Fence the previous owner, restore the ledger, report its unfinished claims."""
         producer = await self._new_producer(partition)
-        entries = await restore_ledger_partition(
-            self.settings,
-            self.topics.executions,
-            partition,
-            self.group,
-            timeout=self.settings.restore_timeout_seconds,
-        )
+        try:
+            entries = await restore_ledger_partition(
+                self.settings,
+                self.topics.executions,
+                partition,
+                self.group,
+                timeout=self.settings.restore_timeout_seconds,
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
         owned = _Owned(partition=partition, producer=producer, entries=entries)
         dangling = [e for e in entries.values() if e.state is EntryState.CLAIMED]
         log.info(

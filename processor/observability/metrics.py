@@ -164,3 +164,7 @@ EXECUTOR_HANDLER_DURATION: Final = Histogram(
     ["tool"],
     buckets=_LATENCY_BUCKETS,
 )
+EXECUTOR_TAKE_FAILURES: Final = Counter(
+    "toolcall_executor_take_failures",
+    "Dispatch partitions whose take (fence, ledger restore) failed on assignment and is retried.",
+)

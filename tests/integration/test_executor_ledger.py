@@ -203,3 +203,32 @@ async def test_crash_mid_handler_reports_unknown_and_never_reruns(
 
 async def _done(value: bool) -> bool:
     return value
+
+
+@pytest.mark.partitions(1)
+async def test_a_failed_take_is_retried_and_nothing_is_lost(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: the first ledger restore of the partition times out on assignment."""
+    import processor.executor.client as client_module
+
+    rt = runtime
+    real = client_module.restore_ledger_partition
+    failures: Counter[int] = Counter()
+
+    async def flaky(*args: Any, **kwargs: Any) -> Any:
+        partition = args[2]
+        if failures[partition] == 0:
+            failures[partition] += 1
+            raise TimeoutError("injected: the ledger restore timed out")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(client_module, "restore_ledger_partition", flaky)
+    recorder = Recorder()
+    dispatch = make_dispatch("acme", "t-retake", "call_0")
+    await rt.control(turn_started("acme", "t-retake"))
+    await write_dispatch(rt, dispatch)
+    async with running(Executor(rt.settings, recorder.handlers, group=group_of(rt))):
+        await wait_results(rt.settings, 1)
+    assert failures[0] == 1
+    assert recorder.dispatch_ids == [dispatch.dispatch_id]

@@ -36,8 +36,15 @@ def test_metric_names_follow_the_convention() -> None:
         if isinstance(metric, Histogram):
             assert name.endswith("_seconds"), name
         assert "call_id" not in metric._labelnames and "turn_id" not in metric._labelnames
-    executor = [m._name for m in objects if m._name.startswith("toolcall_executor_")]
-    assert len(executor) == 5
+    executor = {m._name for m in objects if m._name.startswith("toolcall_executor_")}
+    assert executor == {
+        "toolcall_executor_outcomes",
+        "toolcall_executor_skipped",
+        "toolcall_executor_control_records",
+        "toolcall_executor_barrier_duration_seconds",
+        "toolcall_executor_handler_duration_seconds",
+        "toolcall_executor_take_failures",
+    }
 
 
 def test_counter_names_are_written_without_total() -> None:
