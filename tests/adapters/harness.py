@@ -8,7 +8,7 @@ asserted end to end: provider bytes → adapter → Assembler → dispatch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,15 @@ def assembled_calls(events: Iterable[FragmentEvent]) -> list[dict[str, Any]]:
         for d in outputs
         if isinstance(d, Dispatch)
     ]
+
+
+def assert_replays_identically(new_adapter: Callable[[], StreamAdapter], events: list[Any]) -> None:
+    """Two fresh adapters over the same provider events: identical events, unique event ids."""
+    first = run_adapter(new_adapter(), events)
+    second = run_adapter(new_adapter(), events)
+    assert dumped(first) == dumped(second)
+    ids = [e.event_id for e in first]
+    assert len(ids) == len(set(ids))
 
 
 def response_endings(events: Iterable[FragmentEvent]) -> list[tuple[str, str, str]]:

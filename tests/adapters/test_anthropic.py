@@ -16,7 +16,7 @@ from tests.adapters.harness import (
     CTX,
     DATA,
     assembled_calls,
-    dumped,
+    assert_replays_identically,
     ended_call_ids,
     load_events,
     response_endings,
@@ -123,12 +123,7 @@ def test_spliced_message_start_makes_the_first_message_inert() -> None:
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.iterdir()), ids=lambda p: p.name)
 def test_recordings_are_deterministic_and_ids_unique(path: Path) -> None:
-    events = load_events(path)
-    _, first = run(events)
-    _, second = run(events)
-    assert dumped(first) == dumped(second)
-    ids = [e.event_id for e in first]
-    assert len(ids) == len(set(ids))
+    assert_replays_identically(lambda: AnthropicMessagesAdapter(CTX), load_events(path))
 
 
 # --------------------------------------------------------------------------- hand-written

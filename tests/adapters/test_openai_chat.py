@@ -16,6 +16,7 @@ from tests.adapters.harness import (
     CTX,
     DATA,
     assembled_calls,
+    assert_replays_identically,
     dumped,
     ended_call_ids,
     load_events,
@@ -154,12 +155,7 @@ def test_groq_midstream_error_with_http_200_is_inert() -> None:
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_recordings_are_deterministic_and_ids_unique(path: Path) -> None:
-    events = load_events(path)
-    _, first = run(events)
-    _, second = run(events)
-    assert dumped(first) == dumped(second)
-    ids = [e.event_id for e in first]
-    assert len(ids) == len(set(ids))
+    assert_replays_identically(lambda: OpenAIChatAdapter(CTX), load_events(path))
 
 
 # --------------------------------------------------------------------------- hand-written

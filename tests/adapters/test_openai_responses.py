@@ -14,7 +14,7 @@ from tests.adapters.harness import (
     CTX,
     DATA,
     assembled_calls,
-    dumped,
+    assert_replays_identically,
     ended_call_ids,
     load_events,
     response_endings,
@@ -200,12 +200,7 @@ def test_reasoning_then_call_four_concatenated_turns() -> None:
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.iterdir()), ids=lambda p: p.name)
 def test_recordings_are_deterministic_and_ids_unique(path: Any) -> None:
-    provider_events = load_events(path)
-    _, first = run(provider_events)
-    _, second = run(provider_events)
-    assert dumped(first) == dumped(second)
-    ids = [e.event_id for e in first]
-    assert len(ids) == len(set(ids))
+    assert_replays_identically(lambda: OpenAIResponsesAdapter(CTX), load_events(path))
 
 
 # --------------------------------------------------------------------------- hand-written
