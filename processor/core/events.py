@@ -132,6 +132,7 @@ class ResponseStatus(StrEnum):
     INCOMPLETE = "incomplete"
     CANCELLED = "cancelled"
     ERROR = "error"
+    NOT_CHOSEN = "not_chosen"
 
 
 class ResponseEnded(_Record):
