@@ -70,6 +70,7 @@ def message_delta(stop_reason: str) -> dict[str, Any]:
 
 
 MESSAGE_STOP: dict[str, Any] = {"type": "message_stop"}
+END: list[dict[str, Any]] = [message_delta("tool_use"), MESSAGE_STOP]
 
 
 def call(tool: str, call_id: str, item_id: str, arguments: dict[str, Any],
@@ -157,13 +158,13 @@ def test_interleaved_parallel_tool_use_blocks() -> None:
 
 
 def test_no_argument_tool_use_gets_braces() -> None:
-    _, out = run([start(), tool_start(0, "toolu_a", "now"), part(0, ""), stop(0), MESSAGE_STOP])
+    _, out = run([start(), tool_start(0, "toolu_a", "now"), part(0, ""), stop(0), *END])
     assert [e.delta for e in out if isinstance(e, CallDelta)] == ["{}"]
     assert assembled_calls(out) == [call("now", "toolu_a", "0", {})]
 
 
 def test_input_given_in_block_start_without_deltas() -> None:
-    _, out = run([start(), tool_start(0, "toolu_a", "lookup", {"q": 1}), stop(0), MESSAGE_STOP])
+    _, out = run([start(), tool_start(0, "toolu_a", "lookup", {"q": 1}), stop(0), *END])
     assert assembled_calls(out) == [call("lookup", "toolu_a", "0", {"q": 1})]
 
 
@@ -251,15 +252,15 @@ def test_unexpected_delta_type_in_a_tool_block_withholds_the_call() -> None:
 
 def test_repeated_message_start_is_ignored() -> None:
     adapter, out = run([start(), tool_start(0, "toolu_a", "lookup"), start(), part(0, "{}"),
-                        stop(0), MESSAGE_STOP])  # fmt: skip
+                        stop(0), *END])  # fmt: skip
     assert assembled_calls(out) == [call("lookup", "toolu_a", "0", {})]
     assert adapter.anomalies == ["repeated message_start ignored"]
 
 
 def test_two_messages_in_sequence() -> None:
-    _, out = run([start("msg_1"), tool_start(0, "toolu_a", "lookup"), stop(0), MESSAGE_STOP,
+    _, out = run([start("msg_1"), tool_start(0, "toolu_a", "lookup"), stop(0), *END,
                   start("msg_2"), tool_start(0, "toolu_a", "lookup"), part(0, '{"q":2}'), stop(0),
-                  MESSAGE_STOP])  # fmt: skip
+                  *END])  # fmt: skip
     assert assembled_calls(out) == [
         call("lookup", "toolu_a", "0", {}, "msg_1"),
         call("lookup", "toolu_a", "0", {"q": 2}, "msg_2"),

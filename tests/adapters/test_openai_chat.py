@@ -286,6 +286,8 @@ def test_several_choices_keep_their_calls_apart() -> None:
         chunk(finish="tool_calls", choice=0),
         chunk(finish="length", choice=1),
     ])  # fmt: skip
+    # two alternatives: choice 0 acts (it completed), choice 1 is recorded, never acts
+    assert assembled_calls(out) == [call("lookup", "call_x", "0:0", {"c": 0})]
     assert ended_call_ids(out) == ["call_x"]
     assert response_endings(out) == [
         ("chatcmpl-1", "completed", "tool_calls"),
