@@ -93,8 +93,14 @@ class AnthropicMessagesAdapter(StreamAdapter):
     provider: ClassVar[str] = PROVIDER
     failure_ending = "bad_chunk"
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
-        super().__init__(ctx, now=now)
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
+        super().__init__(ctx, now=now, alternative=alternative)
         self._messages: dict[str, _Message] = {}
         self._current: _Message | None = None
         self._handlers: dict[str, Handler] = {

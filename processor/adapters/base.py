@@ -110,8 +110,8 @@ class StreamAdapter(ABC):
         self._now = now or (lambda: 0.0)
         self.alternative = alternative
         """Which alternative of a multi-alternative response may act (``None``: none); see
-        :mod:`processor.adapters.verdicts`. Protocols with one alternative per response still
-        apply it to that alternative (index 0)."""
+        :mod:`processor.adapters.verdicts`. Protocols whose responses have one alternative
+        (Responses, Anthropic, Bedrock) ignore it."""
         self.anomalies: list[str] = []
         self.unknown_events = 0
         """Provider events of a type this adapter does not know, ignored (they named no call)."""

@@ -99,8 +99,14 @@ class BedrockConverseAdapter(StreamAdapter):
     provider: ClassVar[str] = "bedrock"
     refusal = "ignore"
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
-        super().__init__(ctx, now=now)
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
+        super().__init__(ctx, now=now, alternative=alternative)
         self._message: _Message | None = None
         self._decoder = EventStreamDecoder()
         self._handlers: dict[str, Handler] = {

@@ -135,8 +135,14 @@ class OpenAIResponsesAdapter(StreamAdapter):
     provider: ClassVar[str] = PROVIDER
     failure_ending = "bad_chunk"
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
-        super().__init__(ctx, now=now)
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
+        super().__init__(ctx, now=now, alternative=alternative)
         self._responses: dict[str, _Response] = {}
         self._current: _Response | None = None
         self._handlers: dict[str, Handler] = {

@@ -134,3 +134,27 @@ def alternative_response_id(response_id: str, index: int) -> str:
 def is_chosen(alternative: int | None, index: int) -> bool:
     """Whether alternative ``index`` is the one allowed to act."""
     return alternative is not None and index == alternative
+
+
+def provider_tables() -> tuple[StopTable, ...]:
+    """Every adapter's table, in the README's order."""
+    # imported here: every adapter module imports this one
+    from processor.adapters import (  # noqa: PLC0415
+        anthropic,
+        bedrock,
+        gemini,
+        openai_chat,
+        openai_responses,
+    )
+
+    return (
+        openai_responses.STOP_REASONS,
+        openai_chat.STOP_REASONS,
+        anthropic.STOP_REASONS,
+        gemini.STOP_REASONS,
+        bedrock.STOP_REASONS,
+    )
+
+
+if __name__ == "__main__":  # python -m processor.adapters.verdicts: the README's tables
+    print(readme_section(provider_tables()))
