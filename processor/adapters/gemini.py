@@ -1,8 +1,8 @@
 """Gemini / Vertex AI ``streamGenerateContent`` chunks → fragment events.
 
 A chunk is ``{"candidates": [{"content": {"parts": [...]}, "finishReason": ...}], "responseId":
-..., "usageMetadata": ...}``. Only the first candidate (``index`` 0) is read; text and thoughts
-are not published. A ``functionCall`` part takes one of three shapes:
+..., "usageMetadata": ...}``. Text and thoughts are not published. A ``functionCall`` part
+takes one of three shapes:
 
 * classic whole call ``{name, args}`` (Gemini API): started, one delta ``orjson.dumps(args)``,
   ended, at once;
@@ -18,16 +18,36 @@ they arrive (see its docstring), so the Assembler's deltas concatenate to the ar
 item that cannot be written in document order makes the response inert (``response.ended`` status
 ``error``) instead of producing wrong JSON.
 
+Candidates (``candidateCount > 1``) are alternatives of one request, and at most one may act
+(:mod:`processor.adapters.verdicts`): the candidate whose ``index`` is the adapter's
+``alternative`` (default 0) uses the response id; every other candidate ``i`` is its own response
+``<id>~alt<i>``, whose calls are started and streamed but never ended, and which ends
+``not_chosen`` / ``alternative``. Each candidate ends at its own ``finishReason``.
+
 Identity: ``responseId`` when present, else a deterministic id from the turn and this adapter's
 response counter; ``item_id`` is the call's position in its response; ``call_id`` is
 ``functionCall.id`` when present, else ``"{response_id}:{position}"``. Gemini has no sequence
 numbers, so deltas take arrival order.
 
-Safety rules: an implicit terminal is trusted only once the model has moved on (a later part) or
-the response finished with ``STOP``; under ``MAX_TOKENS``, ``SAFETY`` and the like it stays open
-and becomes inert through ``response.ended``, since the cut may have fallen on that very part. A
-chunk the adapter cannot read raises :class:`AdapterError`; the adapter then refuses the rest of
-the stream and ends the open response as ``error`` (at ``close()`` or the next ``feed``).
+Verdicts (one rule, :mod:`processor.adapters.verdicts`): :data:`STOP_REASONS` judges each
+candidate's ``finishReason``; only ``STOP`` ends it ``completed``, every other reason (and a
+reason not in the table) voids it with the raw reason; a blocked prompt ends it ``failed`` with
+the ``blockReason``; an ``error`` chunk ends it ``failed`` with the error status. An implicit
+terminal is trusted only once the model has moved on (a later part) or the candidate finished
+with ``STOP``; a call whose part arrives in the same chunk as a voiding ``finishReason`` (a whole
+call flagged ``MALFORMED_FUNCTION_CALL``, say) gets no terminal at all, since the verdict may
+concern that very part. A call that ended earlier waits in the Assembler for the verdict.
+
+Finals reconcile: whole ``args`` repeating a streamed call's id become that call's
+``call.ended`` cross-check when its terminal has not been emitted yet (the Assembler fails it
+``arguments_mismatch`` if they differ from the streamed text), and must mean the same JSON when
+it has, or the response ends ``error`` / ``arguments_mismatch``.
+
+Extensibility: a chunk with none of the known top-level keys is ignored and counted
+(``unknown_events``); an unknown field in a ``functionCall`` withholds that call's terminal, an
+unknown field in a partial argument makes the response inert. A chunk the adapter cannot read
+raises :class:`AdapterError`; the adapter then refuses the rest of the stream and ends the open
+response as ``error`` (at ``close()`` or the next ``feed``).
 """
 
 from __future__ import annotations
