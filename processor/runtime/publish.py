@@ -12,17 +12,35 @@ call.
 
 ``publish_events(settings, events, traceparent=None)`` is the one-shot form used by
 ``processor adapt --publish``; :class:`Publisher` keeps one producer open for a long-lived
-adapter process.
+adapter process (a gateway), and :meth:`Publisher.start_turn` writes the ``turn.started`` that
+binds a turn to its actor (what ``processor ctl start-turn`` writes) before its calls can act.
+:class:`BlockingPublisher` is the same for synchronous code: it runs a :class:`Publisher` on an
+event loop in a background thread.
+
+Each publish is one ``send <fragments topic>`` producer span
+(:mod:`processor.observability.tracing`) whose context becomes the records' ``traceparent``
+header when OpenTelemetry records spans; else the given ``traceparent`` is sent as is.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import Any
+import threading
+import time
+from collections.abc import Coroutine, Iterable
+from types import TracebackType
+from typing import Any, Self, TypeVar
 
-from processor.core.events import FragmentEvent, encode, turn_key
-from processor.observability import metrics
+from processor.adapters.base import TurnContext
+from processor.core.events import (
+    FragmentEvent,
+    TurnCancelled,
+    TurnStarted,
+    encode,
+    stable_id,
+    turn_key,
+)
+from processor.observability import metrics, tracing
 from processor.runtime.clients import IdempotentProducer
 from processor.runtime.codec import TRACEPARENT, valid_traceparent
 from processor.settings import Settings
@@ -42,21 +60,142 @@ class Publisher(IdempotentProducer):
 
     async def publish(self, events: Iterable[FragmentEvent], traceparent: str | None = None) -> int:
         """Send the events in order and wait until all are acknowledged; return their count."""
-        trace = valid_traceparent(traceparent)
-        headers = [(TRACEPARENT, trace.encode())] if trace else []
-        futures: list[Any] = []
-        for event in events:
-            futures.append(
-                await self._producer.send(
-                    self.topic,
-                    value=encode(event),
-                    key=turn_key(event.tenant, event.turn_id).encode(),
-                    headers=headers,
+        batch = list(events)
+        if not batch:
+            return 0
+        keys = {turn_key(event.tenant, event.turn_id) for event in batch}
+        attributes = tracing.kafka_attributes(
+            self.topic,
+            "send",
+            key=next(iter(keys)) if len(keys) == 1 else None,
+            batch=len(batch),
+        )
+        given = valid_traceparent(traceparent)
+        with tracing.span(f"send {self.topic}", "producer", attributes, traceparent=given):
+            trace = valid_traceparent(tracing.current_traceparent(given))
+            headers = [(TRACEPARENT, trace.encode())] if trace else []
+            futures: list[Any] = []
+            for event in batch:
+                futures.append(
+                    await self._producer.send(
+                        self.topic,
+                        value=encode(event),
+                        key=turn_key(event.tenant, event.turn_id).encode(),
+                        headers=headers,
+                    )
                 )
-            )
-        await asyncio.gather(*futures)
+            await asyncio.gather(*futures)
         metrics.PUBLISHED_EVENTS.inc(len(futures))
         return len(futures)
+
+    async def start_turn(
+        self,
+        turn: TurnContext,
+        *,
+        issued_by: str = "gateway",
+        supersedes: str | None = None,
+        command_id: str | None = None,
+    ) -> TurnStarted:
+        """Write ``turn.started`` for ``turn`` to ``control`` (keyed by the turn key, so it lands
+        on the turn's partition) and wait for its ack: the worker dispatches a turn's calls only
+        once the turn is bound to its actor. ``supersedes`` first cancels an older turn of the
+        same conversation (``reason=superseded``). The command id defaults to one derived from the
+        turn, so writing it twice is harmless."""
+        now = time.time()
+        if supersedes is not None:
+            cancel = TurnCancelled(
+                command_id=stable_id("turn.superseded", turn.tenant, supersedes, turn.turn_id),
+                issued_by=issued_by,
+                issued_at=now,
+                reason="superseded",
+                tenant=turn.tenant,
+                turn_id=supersedes,
+            )
+            await self._send_control(cancel, turn_key(turn.tenant, supersedes))
+        started = TurnStarted(
+            command_id=command_id or stable_id("turn.started", turn.tenant, turn.turn_id),
+            issued_by=issued_by,
+            issued_at=now,
+            tenant=turn.tenant,
+            turn_id=turn.turn_id,
+            actor=turn.actor,
+            session=turn.session,
+        )
+        await self._send_control(started, turn_key(turn.tenant, turn.turn_id))
+        return started
+
+    async def _send_control(self, event: TurnStarted | TurnCancelled, key: str) -> None:
+        topic = self.settings.topics.control
+        attributes = tracing.kafka_attributes(topic, "send", key=key)
+        with tracing.span(f"send {topic}", "producer", attributes):
+            await self._producer.send_and_wait(topic, value=encode(event), key=key.encode())
+
+
+_T = TypeVar("_T")
+
+
+class BlockingPublisher:
+    """A :class:`Publisher` for synchronous code (``with BlockingPublisher(settings) as p``).
+
+    It owns an event loop in a daemon thread; each call blocks until the broker acknowledged.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="processor-publisher", daemon=True
+        )
+        self._publisher: Publisher | None = None
+
+    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def start(self) -> None:
+        self._thread.start()
+
+        async def make() -> Publisher:
+            publisher = Publisher(self.settings)
+            await publisher.start()
+            return publisher
+
+        self._publisher = self._run(make())
+
+    def stop(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            self._run(publisher.stop())
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def publisher(self) -> Publisher:
+        if self._publisher is None:
+            raise RuntimeError("BlockingPublisher is not started (use it as `with`)")
+        return self._publisher
+
+    def publish(self, events: Iterable[FragmentEvent], traceparent: str | None = None) -> int:
+        """:meth:`Publisher.publish`, blocking. The caller's current span is the parent."""
+        given = tracing.current_traceparent(traceparent)
+        return self._run(self.publisher.publish(list(events), given))
+
+    def start_turn(self, turn: TurnContext, **options: Any) -> TurnStarted:
+        """:meth:`Publisher.start_turn`, blocking."""
+        return self._run(self.publisher.start_turn(turn, **options))
 
 
 async def publish_events(
