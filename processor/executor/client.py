@@ -63,8 +63,9 @@ from processor.executor.records import (
     ExecutionResult,
     entry_key,
 )
-from processor.observability import metrics
+from processor.observability import metrics, tracing
 from processor.observability.logging import fields
+from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
 from processor.settings import Settings
 
@@ -337,7 +338,20 @@ class ExecutorClient:
             return True
         for record in records:
             try:
-                await self._process(owned, record)
+                with tracing.span(
+                    f"process {tp.topic}",
+                    "consumer",
+                    tracing.kafka_attributes(
+                        tp.topic,
+                        "process",
+                        key=record.key,
+                        partition=tp.partition,
+                        offset=record.offset,
+                        group=self.group,
+                    ),
+                    traceparent=traceparent_of(record.headers),
+                ):
+                    await self._process(owned, record)
             except _Stopping:
                 consumer.seek(tp, record.offset)
                 return False
@@ -614,8 +628,10 @@ class ExecutorClient:
         output: dict[str, Any] | None = None
         interrupted = False
         try:
-            async with asyncio.timeout(registration.timeout_seconds) as deadline:
-                returned = await registration.handler(call)
+            attributes = {"toolcall.tool": dispatch.tool, "toolcall.dispatch_id": call.dispatch_id}
+            with tracing.span(f"execute {dispatch.tool}", "internal", attributes):
+                async with asyncio.timeout(registration.timeout_seconds) as deadline:
+                    returned = await registration.handler(call)
             output, detail = _as_output(returned)
         except ExecutionFailed as exc:
             outcome, reason = ExecutionOutcome.FAILED, exc.code
@@ -638,6 +654,7 @@ class ExecutorClient:
                 type(exc).__name__,
             )
         metrics.EXECUTOR_HANDLER_DURATION.labels(dispatch.tool).observe(time.monotonic() - began)
+        tracing.annotate({"toolcall.outcome": outcome.value, "toolcall.reason": reason or ""})
         now = self._clock()
         result = ExecutionResult.for_dispatch(
             dispatch,

@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - exercised when the extra is not instal
     _trace = None  # type: ignore[assignment]
     TraceContextTextMapPropagator = None  # type: ignore[assignment,misc]
 
-__all__ = ["ENABLED", "SpanKindName", "current_traceparent", "span"]
+__all__ = ["ENABLED", "SpanKindName", "annotate", "current_traceparent", "kafka_attributes", "span"]
 
 ENABLED: Final = _trace is not None
 """True when ``opentelemetry-api`` is importable."""
@@ -119,6 +119,12 @@ def span(
             current.set_attribute("error.type", type(exc).__name__)
             current.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__name__))
             raise
+
+
+def annotate(attributes: Mapping[str, AttributeValue]) -> None:
+    """Set attributes on the current span (the ``process`` span of the record in hand)."""
+    if _trace is not None:
+        _trace.get_current_span().set_attributes(dict(attributes))
 
 
 def current_traceparent(fallback: str | None = None) -> str | None:

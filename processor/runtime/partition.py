@@ -74,9 +74,16 @@ from processor.core.events import (
     OutputRecord,
     turn_key,
 )
+from processor.observability import tracing
 from processor.observability.logging import fields
 from processor.runtime import transaction
-from processor.runtime.codec import encode_change, encode_output, output_role, traceparent_of
+from processor.runtime.codec import (
+    encode_change,
+    encode_output,
+    output_role,
+    traceparent_of,
+    valid_traceparent,
+)
 from processor.runtime.partitioner import misrouted
 from processor.runtime.restore import RestoreGap, RestoreResult, restore_partition
 from processor.runtime.transaction import CommitPlan
@@ -325,6 +332,8 @@ class PartitionTask:
     ) -> None:
         if trace is None and not isinstance(out, Audit | DeadLetter):
             trace = self._traces.get(turn_key(out.tenant, out.turn_id))
+        if isinstance(out, Ledger | Dispatch):
+            trace = self._trace_decision(out, trace)
         step.plan.outputs.append(encode_output(out, self.topics, trace))
         role = output_role(out)
         step.outputs[role] = step.outputs.get(role, 0) + 1
@@ -350,6 +359,29 @@ class PartitionTask:
             if position < end:
                 return False
         return True
+
+    def _trace_decision(self, out: Ledger | Dispatch, trace: str | None) -> str | None:
+        """The span of an assembly decision (a ledger record: dispatched, failed, …) or of a
+        dispatch (a ``send`` to the dispatch topic, whose context the dispatch record carries on
+        to the executor). Without OpenTelemetry: no span, ``trace`` unchanged."""
+        if isinstance(out, Ledger):
+            attributes: dict[str, tracing.AttributeValue] = {
+                "toolcall.tool": out.tool or "",
+                "toolcall.state": out.state,
+                "toolcall.terminal_reason": out.terminal_reason or "",
+                "toolcall.dispatch_decision": out.dispatch_decision,
+                "toolcall.fragment_count": out.fragment_count,
+                "messaging.destination.partition.id": str(self.partition),
+            }
+            with tracing.span(
+                f"assemble {out.tool or 'call'}", "internal", attributes, traceparent=trace
+            ):
+                return trace
+        topic = self.topics.dispatch
+        attributes = tracing.kafka_attributes(topic, "send", key=turn_key(out.tenant, out.turn_id))
+        attributes.update({"toolcall.tool": out.tool, "toolcall.dispatch_id": out.dispatch_id})
+        with tracing.span(f"send {topic}", "producer", attributes, traceparent=trace):
+            return valid_traceparent(tracing.current_traceparent(trace))
 
     def _remember(self, key: str, trace: str) -> None:
         self._traces[key] = trace

@@ -44,10 +44,15 @@ tools:
 
 
 def body(recording: str) -> bytes:
-    """The recorded body as SSE bytes (JSON-lines recordings are framed as ``data:`` events)."""
+    """The recorded body as SSE bytes (JSON-lines recordings are framed as ``data:`` events).
+
+    A server ends its body with the blank line that dispatches the last event; some recordings
+    lost it, and the SDKs' SSE decoders (rightly) drop an undispatched event at EOF, so it is
+    put back.
+    """
     raw = (DATA / recording).read_bytes()
     if recording.endswith(".sse"):
-        return raw
+        return raw.rstrip(b"\n") + b"\n\n"
     return b"".join(b"data: " + line + b"\n\n" for line in raw.splitlines() if line.strip())
 
 
