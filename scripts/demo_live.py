@@ -764,8 +764,8 @@ class Run:
     topics_created: bool = False
 
 
-def new_run() -> Run:
-    run_id = time.strftime("%H%M%S") + secrets.token_hex(2)
+def new_run(run_id: str | None) -> Run:
+    run_id = run_id or time.strftime("%H%M%S") + secrets.token_hex(2)
     prefix = f"demo-live-{run_id}."
     STATE.mkdir(exist_ok=True)
     logs = STATE / run_id
@@ -807,7 +807,7 @@ def up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     broker = ensure_broker()
-    run = new_run()
+    run = new_run(args.run_id)
     code = 1
     try:
         code = asyncio.run(live(args, broker, run))
@@ -869,6 +869,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", nargs="?", choices=["up", "down"], default="up")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds before giving up")
     parser.add_argument("--summary-json", help="also write the summary rows to this file")
+    parser.add_argument("--run-id", help="names the topics demo-live-<run id>. (default: random)")
     parser.add_argument("--keep-topics", action="store_true", help="leave the run's topics")
     args = parser.parse_args(argv)
     return up(args) if args.action == "up" else down(args)
