@@ -11,12 +11,12 @@
 3. an operator key pair (``processor ctl keygen``) in a temporary folder: the private key stays
    apart, the workers and the executor get the folder holding only the public keyring;
 4. two workers (one consumer group) and the example executor (``examples/book_slot_executor.py``);
-5. every bundled provider recording (``tests/adapters/data``) through ``processor adapt`` and
-   onto ``fragments``, its ``turn.started`` onto ``control``; then three scenarios: a turn
-   cancelled while its calls are open (``processor ctl cancel-turn``), a response quarantined by a
-   signed operator command (``processor ctl quarantine-response``), and a ``book_slot`` call that
-   waits for the user's confirmation (``processor ctl confirm`` with the proposal's digest) and
-   runs on the executor;
+5. every bundled provider recording (``tests/adapters/data``) through its adapter (as
+   ``processor adapt`` does) onto ``fragments``, its ``turn.started`` onto ``control``; then
+   three scenarios: a turn cancelled while its calls are open (``processor ctl cancel-turn``),
+   a response quarantined by a signed operator command (``processor ctl
+   quarantine-response``), and a ``book_slot`` call that waits for the user's confirmation
+   (``processor ctl confirm`` with the proposal's digest) and runs on the executor;
 6. a per-call summary (provider, tool, outcome, reason, dispatch → result), printed once every
    call has its ledger record. It waits on what the pipeline writes (ledger, status, proposals,
    results), never on timings; a deadline only turns a stuck run into a clear failure.
@@ -54,6 +54,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+
+from processor.adapters.base import TurnContext
+from processor.commands_adapt import PROVIDERS, adapt_stream
+from processor.core.errors import AdapterError
+from processor.core.events import TurnStarted, encode, stable_id
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "adapters" / "data"
@@ -414,23 +419,31 @@ def book_slot_stream(call_id: str) -> bytes:
     return "".join(parts).encode()
 
 
-async def adapt(
-    provider: str, turn_id: str, source: Path, env: dict[str, str]
-) -> list[dict[str, Any]]:
-    """``processor adapt --emit-turn-started``: the recording as events (exit 1 = the adapter
-    rejected a chunk and ended the stream's open calls inert: still a valid demo input)."""
-    proc = await asyncio.create_subprocess_exec(
-        PROCESSOR, "adapt", "--provider", provider, "--tenant", TENANT, "--turn", turn_id,
-        "--actor", ACTOR, "--emit-turn-started", str(source),
-        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await proc.communicate()
-    if proc.returncode not in (0, 1):
-        raise DemoError(f"processor adapt {source.name} failed: {err.decode().strip()[-400:]}")
-    return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+def adapt(provider: str, turn_id: str, source: Path) -> list[dict[str, Any]]:
+    """What ``processor adapt --emit-turn-started`` prints, in-process (one import for all the
+    recordings): ``turn.started``, then the adapter's fragment events. A chunk the adapter
+    rejects ends the stream's open calls inert (``abort``), as the command does."""
+    ctx = TurnContext(tenant=TENANT, turn_id=turn_id, actor=ACTOR)
+    adapter = PROVIDERS[provider](ctx, now=time.time)
+    started = TurnStarted(
+        command_id=stable_id("turn.started", TENANT, turn_id),
+        issued_by="demo-live",
+        issued_at=time.time(),
+        tenant=TENANT,
+        turn_id=turn_id,
+        actor=ACTOR,
+    )
+    events: list[Any] = [started]
+    with source.open("rb") as stream:
+        try:
+            events.extend(adapt_stream(stream, adapter))
+        except AdapterError as exc:
+            events.extend(adapter.abort(exc.reason))
+    decoded: list[dict[str, Any]] = [json.loads(encode(e)) for e in events]
+    return decoded
 
 
-async def prepare_turns(run_id: str, env: dict[str, str], scratch: Path) -> list[Turn]:
+def prepare_turns(run_id: str, scratch: Path) -> list[Turn]:
     plan: list[tuple[str, str, str, Path]] = []  # scenario, recording, provider, file
     for i, path in enumerate(recordings()):
         rel = path.relative_to(DATA).as_posix()
@@ -443,16 +456,16 @@ async def prepare_turns(run_id: str, env: dict[str, str], scratch: Path) -> list
     booking = scratch / "book-slot.sse"
     booking.write_bytes(book_slot_stream(f"call_book_{run_id}"))
     plan.append(("confirm", "(generated) book_slot", "openai-chat", booking))
-    sem = asyncio.Semaphore(3)
-
-    async def one(n: int, item: tuple[str, str, str, Path]) -> Turn:
-        scenario, rel, provider, path = item
-        turn_id = f"t{n:02d}-{scenario}"
-        async with sem:
-            events = await adapt(provider, turn_id, path, env)
-        return Turn(scenario, rel, provider, turn_id, events)
-
-    return list(await asyncio.gather(*(one(n, item) for n, item in enumerate(plan, 1))))
+    return [
+        Turn(
+            scenario,
+            rel,
+            provider,
+            f"t{n:02d}-{scenario}",
+            adapt(provider, f"t{n:02d}-{scenario}", path),
+        )
+        for n, (scenario, rel, provider, path) in enumerate(plan, 1)
+    ]
 
 
 # ----------------------------------------------------------------------------- waiting
@@ -461,20 +474,21 @@ async def prepare_turns(run_id: str, env: dict[str, str], scratch: Path) -> list
 class Waiter:
     """Waits for a condition on what the pipeline wrote, with a progress line."""
 
-    def __init__(self, children: Children, deadline: float) -> None:
+    def __init__(self, children: Children, timeout: float) -> None:
         self.children = children
-        self.deadline = deadline
+        self.timeout = timeout
         self.tty = sys.stdout.isatty()
 
     async def until(self, what: str, done: Callable[[], bool], progress: Callable[[], str]) -> None:
         t0 = time.monotonic()
+        deadline = t0 + self.timeout
         last_print = 0.0
         while not done():
             dead = self.children.dead()
             if dead:
                 raise DemoError(f"while waiting for {what}: stopped: {', '.join(dead)}")
             now = time.monotonic()
-            if now > self.deadline:
+            if now > deadline:
                 raise DemoError(f"gave up waiting for {what} ({progress()})")
             line = f"  … {what}: {progress()} ({now - t0:.0f} s)"
             if self.tty:
@@ -502,7 +516,7 @@ async def live(args: argparse.Namespace, broker: Broker, run: Run) -> int:
     for noisy in ("KAFKA_BOOTSTRAP_SERVERS",):
         env.pop(noisy, None)
     children = run.children
-    waiter = Waiter(children, time.monotonic() + args.timeout)
+    waiter = Waiter(children, args.timeout)
 
     say(f"topics: prefix {run.prefix} ({PARTITIONS} partitions)")
     run.topics_created = True
@@ -540,9 +554,11 @@ async def live(args: argparse.Namespace, broker: Broker, run: Run) -> int:
     )  # fmt: skip
     say(f"started {WORKERS} workers and the example executor (logs in {run.logs})")
 
-    turns = await prepare_turns(run.run_id, env, run.scratch)
+    turns = prepare_turns(run.run_id, run.scratch)
     by_scenario = {t.scenario: t for t in turns if t.scenario != "recording"}
-    say(f"adapted {sum(t.scenario == 'recording' for t in turns)} recordings (processor adapt)")
+    say(
+        f"adapted {sum(t.scenario == 'recording' for t in turns)} recordings (processor's adapters)"
+    )
 
     probes = [f"http://127.0.0.1:{p}/readyz" for p in [*ports, executor_port]]
     ready: dict[str, bool] = {}
@@ -867,7 +883,12 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("action", nargs="?", choices=["up", "down"], default="up")
-    parser.add_argument("--timeout", type=float, default=240.0, help="seconds before giving up")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=180.0,
+        help="seconds any one wait may take before giving up",
+    )
     parser.add_argument("--summary-json", help="also write the summary rows to this file")
     parser.add_argument("--run-id", help="names the topics demo-live-<run id>. (default: random)")
     parser.add_argument("--keep-topics", action="store_true", help="leave the run's topics")
