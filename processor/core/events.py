@@ -132,6 +132,7 @@ class ResponseStatus(StrEnum):
     INCOMPLETE = "incomplete"
     CANCELLED = "cancelled"
     ERROR = "error"
+    NOT_CHOSEN = "not_chosen"  # an alternative (n > 1, candidateCount > 1) that must not act
 
 
 class ResponseEnded(_Record):
@@ -350,6 +351,7 @@ class Status(CallRecord):
     state: UserState
     retry_possible: bool
     message: Reason
+    provider_reason: Reason | None = None  # the provider's stop reason, when it voided the call
     ts: float
 
 
@@ -371,6 +373,7 @@ class Ledger(CallRecord):
     dispatch_decision: str
     dispatch_id: Id | None = None
     args_digest: Id | None = None
+    provider_reason: Reason | None = None  # the provider's stop reason, when it voided the call
     ts: float
 
 

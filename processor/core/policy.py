@@ -28,6 +28,9 @@ class Limits:
     retention_seconds: float = 24 * 3600.0
     # How long a validated call may wait for its turn's actor binding (turn.started).
     binding_wait_seconds: float = 30.0
+    # How long a validated call may wait for its response's end (response.ended) before it is
+    # made inert as ``response_timeout``: a stream that stops without its end event never acts.
+    response_wait_seconds: float = 600.0
 
     def call_bytes(self, declaration: ToolDeclaration | None) -> int:
         if declaration is not None and declaration.limits.max_bytes is not None:

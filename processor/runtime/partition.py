@@ -8,7 +8,11 @@ and partition p of the state changelog. Its life:
     2. start a transactional producer with ``transactional.id = f"{application_id}-{p}"``: its
        InitProducerId fences every older producer of that id (a previous owner, a zombie, or
        our own producer that timed out) and aborts its open transaction;
-    3. restore a fresh Assembler from changelog partition p (:mod:`processor.runtime.restore`);
+    3. restore a fresh Assembler from changelog partition p (:mod:`processor.runtime.restore`),
+       or, when this worker owned p until the rebalance that gives it back (aiokafka revokes
+       everything on every rebalance), keep the Assembler it had and apply only the changelog
+       tail written since its own last committed transaction (``warm``). Only an Assembler
+       whose every change is committed is kept; anything else is restored in full;
     4. read the group's committed offsets for both input partitions (after the fence, so they
        are final) and seek the consumer there; ``expected`` holds these next offsets.
 
@@ -26,14 +30,17 @@ and partition p of the state changelog. Its life:
     advances ``expected``. On failure the caller resets the task (``prepare`` again), which
     discards the in-memory state the failed batch produced.
 
-Ordering across the two topics is by record timestamp within one fetched batch only; records
-fetched in different batches are applied in fetch order. ``control`` records carry the broker's
-append time (``LogAppendTime``, :mod:`processor.runtime.topics`) and fragments their producer's
-time, so the merge compares two clocks and is a best effort, as it was with two producers'
-clocks (a control record now sorts later by its produce latency at most). Nothing depends on it
-for safety: the Assembler tolerates a call's terminal event before its turn's ``turn.started``
-(it parks the candidate until the turn is bound), and executors re-check cancellations at
-execution time against ``control`` read to its end (ARCHITECTURE.md §7).
+Causal control. Ordering across the two topics by timestamp within one batch is a best effort
+(two clocks), and Kafka gives no order across batches, so safety rests on a barrier instead:
+``build`` receives ``barrier``, the committed end offset of ``control`` partition p taken (by
+the worker, with one ListOffsets request) *after* the batch was fetched, and hands it to the
+Assembler with every fragment record; after each control record, and at the end of the batch
+with the consumer's position (which also steps over transaction markers), it tells the
+Assembler how far ``control`` is applied. A call whose terminal events were read under barrier
+B acts only once control is applied up to B, so every cancellation, quarantine, disable, stop
+or denial committed before its terminal wins, across batches, restarts and rebalances (the
+barrier is an offset, and it is kept in the changelog with the call). Only those calls wait;
+the rest of the partition flows. Executors still re-check at execution time (§7).
 
 ``traceparent``: each output takes the header of the input record that caused it; outputs of
 ``tick`` (idle expiry) and outputs caused by a record without the header use the last traceparent
@@ -71,7 +78,7 @@ from processor.observability.logging import fields
 from processor.runtime import transaction
 from processor.runtime.codec import encode_change, encode_output, output_role, traceparent_of
 from processor.runtime.partitioner import misrouted
-from processor.runtime.restore import RestoreResult, restore_partition
+from processor.runtime.restore import RestoreGap, RestoreResult, restore_partition
 from processor.runtime.transaction import CommitPlan
 from processor.settings import Settings
 
@@ -124,6 +131,12 @@ class PartitionTask:
         self.ready_seq = 0  # the manager's sequence number when this task last became ready
         self.last_tick = 0.0
         self.input_partitions = 0  # partition count of the inputs, known once prepared
+        # changelog offset after everything this task's Assembler reflects (None: unknown), and
+        # whether the Assembler holds no change that is not committed (it may then be kept)
+        self.changelog_next: int | None = None
+        self.clean = False
+        self.warm: tuple[Assembler, int] | None = None  # (Assembler, changelog_next) to keep
+        self.restore_kind = "full"
         self._traces: OrderedDict[str, str] = OrderedDict()
 
     @property
@@ -151,11 +164,33 @@ class PartitionTask:
                 await asyncio.wait_for(producer.stop(), 5)
             raise
         self.producer = producer
-        assembler = self._new_assembler()
-        result = await restore_partition(
-            assembler, self.topics.changelog, self.partition, s, timeout=s.restore_timeout_seconds
-        )
+        warm, self.warm = self.warm, None  # one try: a retry restores in full
+        self.clean = False
+        result: RestoreResult | None = None
+        if warm is not None:
+            assembler, start = warm
+            with contextlib.suppress(RestoreGap):
+                result = await restore_partition(
+                    assembler,
+                    self.topics.changelog,
+                    self.partition,
+                    s,
+                    timeout=s.restore_timeout_seconds,
+                    start=start,
+                )
+                self.restore_kind = "tail"
+        if result is None:
+            assembler = self._new_assembler()
+            result = await restore_partition(
+                assembler,
+                self.topics.changelog,
+                self.partition,
+                s,
+                timeout=s.restore_timeout_seconds,
+            )
+            self.restore_kind = "full"
         self.assembler = assembler
+        self.changelog_next = result.end_offset
         self.input_partitions = len(consumer.partitions_for_topic(self.topics.fragments) or ())
         for tp in self.tps:
             committed = await consumer.committed(tp)
@@ -166,6 +201,7 @@ class PartitionTask:
             self.expected[tp] = await consumer.position(tp)
         self._traces.clear()
         self.last_tick = 0.0
+        self.clean = True
         return result
 
     async def close_producer(self) -> None:
@@ -181,14 +217,24 @@ class PartitionTask:
     # ------------------------------------------------------------------ processing
 
     def build(
-        self, records: Mapping[str, Sequence[ConsumerRecord]], now: float, *, tick: bool
+        self,
+        records: Mapping[str, Sequence[ConsumerRecord]],
+        now: float,
+        *,
+        tick: bool,
+        barrier: int | None = None,
+        control_position: int | None = None,
     ) -> Step:
         """Feed one batch (topic role → records), then the optional tick, to the Assembler.
 
+        ``barrier`` is control's committed end offset read after this batch was fetched (needed
+        when the batch holds fragments); ``control_position`` the consumer's position on
+        control once the batch's control records are handed over (see the module docstring).
         The tick comes after the records, and the caller asks for it only when both inputs are
         caught up: expiry must never overtake a backlog that may hold the awaited event.
         """
         step = Step()
+        self.clean = False  # until this step is committed (or turns out empty)
         merged: Iterable[ConsumerRecord] = heapq.merge(
             records.get("control", ()),
             records.get("fragments", ()),
@@ -205,17 +251,26 @@ class PartitionTask:
             trace = traceparent_of(record.headers)
             if trace is not None and role == "fragments" and record.key:
                 self._remember(record.key.decode("utf-8", "replace"), trace)
-            for out in self._handle(record, role, now):
+            for out in self._handle(record, role, now, barrier):
                 self._emit(step, out, trace, record.timestamp / 1000.0)
+            if role == "control":
+                for out in self.assembler.advance_control(record.offset + 1, now):
+                    self._emit(step, out, None, record.timestamp / 1000.0)
+        if control_position is not None:
+            for out in self.assembler.advance_control(control_position, now):
+                self._emit(step, out, None, now)
         if tick:
             self.last_tick = now
             for out in self.assembler.tick(now):
                 self._emit(step, out, None, None)
         for change in self.assembler.drain_changes():
             step.plan.changelog.append(encode_change(change, self.topics.changelog, self.partition))
+        self.clean = step.plan.empty
         return step
 
-    def _handle(self, record: ConsumerRecord, role: str, now: float) -> list[OutputRecord]:
+    def _handle(
+        self, record: ConsumerRecord, role: str, now: float, barrier: int | None
+    ) -> list[OutputRecord]:
         payload: bytes = record.value or b""
         source = RecordSource(record.topic, record.partition, record.offset)
         problem = self._misplaced(payload, role)
@@ -224,7 +279,13 @@ class PartitionTask:
             return [self.assembler.dead_letter(payload, source, reason, detail, now)]
         try:
             written = record.timestamp / 1000.0  # control uses LogAppendTime: the broker's clock
-            return self.assembler.handle_record(payload, source, now, record_time=written)
+            return self.assembler.handle_record(
+                payload,
+                source,
+                now,
+                record_time=written,
+                barrier=barrier if role == "fragments" else None,
+            )
         except Exception as exc:  # a core bug must not stop the partition
             # no traceback: an exception message from the core could quote argument text
             log.error(
@@ -300,8 +361,11 @@ class PartitionTask:
         """Commit the step's plan in one transaction; advance ``expected`` on success."""
         if self.producer is None:
             raise transaction.TransactionFailed("error", "no producer (partition not prepared)")
-        seconds = await transaction.commit(
+        committed = await transaction.commit(
             self.producer, step.plan, group_id=self.settings.group_id, timeout=timeout
         )
         self.expected.update(step.plan.offsets)
-        return seconds
+        if committed.changelog_next is not None:
+            self.changelog_next = committed.changelog_next
+        self.clean = True
+        return committed.seconds
