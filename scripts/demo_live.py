@@ -818,10 +818,13 @@ def forget_run(prefix: str) -> None:
 
 
 def up(args: argparse.Namespace) -> int:
-    def on_term(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    # our own handlers (asyncio.run then leaves SIGINT alone): Ctrl-C or SIGTERM interrupts
+    # whatever runs, a blocking CLI call included, and the finally below stops everything
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     broker = ensure_broker()
     run = new_run(args.run_id)
     code = 1
@@ -841,6 +844,10 @@ def up(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup is not interrupted half-way
         cleanup(run, broker, keep_topics=args.keep_topics)
+        if code == 0:
+            shutil.rmtree(run.logs, ignore_errors=True)
+        else:
+            say(f"logs kept in {run.logs}")
         signal.signal(signal.SIGINT, signal.default_int_handler)
     return code
 
