@@ -12,6 +12,7 @@ HELM_VERSION ?= v4.3.2
 TOOLS := .tools/bin
 HELM  := $(TOOLS)/helm
 HELM_STAMP := $(TOOLS)/.helm-$(HELM_VERSION)
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,10 +45,10 @@ test: $(STAMP) lint tools
 tools: $(HELM_STAMP)
 
 $(HELM_STAMP):
-	@command -v go >/dev/null || { echo "go is needed to build helm $(HELM_VERSION)"; exit 1; }
+	@test -x "$(GO)" || { echo "Go is needed to build helm $(HELM_VERSION) (GO=$(GO))"; exit 1; }
 	@mkdir -p $(TOOLS)
 	@echo "building helm $(HELM_VERSION) into $(TOOLS) (go install; first run only)"
-	GOBIN=$(CURDIR)/$(TOOLS) GOFLAGS=-buildvcs=false go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(CURDIR)/$(TOOLS) GOFLAGS=-buildvcs=false $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
 	@touch $(HELM_STAMP)
 
 lint: $(STAMP)
