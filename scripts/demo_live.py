@@ -54,6 +54,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from processor.adapters.base import TurnContext
 from processor.commands_adapt import PROVIDERS, adapt_stream
@@ -537,6 +538,7 @@ async def live(args: argparse.Namespace, broker: Broker, run: Run) -> int:
     for n in range(1, WORKERS + 1):
         port = free_port()
         ports.append(port)
+        run.worker_ports.append(port)
         children.start(
             f"worker-{n}",
             [PROCESSOR, "worker", "--tools", str(TOOLS), "--keyring", str(keys),
@@ -677,8 +679,11 @@ async def drive(
     )
     rows = summary_rows(turns, outputs)
     print_summary(rows, outputs)
+    counters = worker_counters(run.worker_ports)
+    print_counters(counters)
     if args.summary_json:
-        Path(args.summary_json).write_text(json.dumps(rows, indent=1))
+        summary = {"calls": rows, "worker_metrics": counters}
+        Path(args.summary_json).write_text(json.dumps(summary, indent=1))
     return 0 if check(rows) else 1
 
 
@@ -730,6 +735,42 @@ def check(rows: list[dict[str, Any]]) -> bool:
     return not failed
 
 
+def worker_counters(ports: list[int]) -> dict[str, dict[str, float]]:
+    """The workers' own counters (``/metrics``), summed over the workers: control commands by
+    ``type/outcome``, output records by topic, transactions and aborts."""
+    wanted = {
+        "toolcall_control_commands_total": ("type", "outcome"),
+        "toolcall_output_records_total": ("topic",),
+        "toolcall_transactions_total": (),
+        "toolcall_transaction_aborts_total": ("cause",),
+    }
+    counters: dict[str, dict[str, float]] = {name: {} for name in wanted}
+    for port in ports:
+        url = f"http://127.0.0.1:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in wanted:
+                    key = "/".join(sample.labels[label] for label in wanted[sample.name]) or "all"
+                    bucket = counters[sample.name]
+                    bucket[key] = bucket.get(key, 0.0) + sample.value
+    return counters
+
+
+def print_counters(counters: dict[str, dict[str, float]]) -> None:
+    commands = counters["toolcall_control_commands_total"]
+    applied = sum(v for k, v in commands.items() if k.endswith("/applied"))
+    rejected = sum(v for k, v in commands.items() if k.endswith("/rejected"))
+    outputs = counters["toolcall_output_records_total"]
+    say(
+        f"worker metrics: {outputs.get('dispatch', 0):.0f} dispatch records, "
+        f"{sum(counters['toolcall_transactions_total'].values()):.0f} transactions "
+        f"({sum(counters['toolcall_transaction_aborts_total'].values()):.0f} aborted), "
+        f"control commands {applied:.0f} applied / {rejected:.0f} rejected"
+    )
+
+
 def print_summary(rows: list[dict[str, Any]], outputs: Outputs) -> None:
     say("")
     head = f"  {'provider':<17} {'tool':<22} {'outcome':<11} {'reason':<16} dispatch → result"
@@ -778,6 +819,7 @@ class Run:
     logs: Path
     children: Children
     topics_created: bool = False
+    worker_ports: list[int] = field(default_factory=list)
 
 
 def new_run(run_id: str | None) -> Run:

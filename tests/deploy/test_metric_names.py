@@ -98,6 +98,7 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "toolcall_restore_duration_seconds",  # restore time
         "toolcall_executor_outcomes",
         "toolcall_deadletters",
+        "toolcall_control_commands",  # operator commands applied and rejected
     }
     assert sorted(needed - bases) == []
     doc = json.loads(DASHBOARD.read_text())
@@ -119,6 +120,7 @@ def test_alerts_cover_the_failure_modes() -> None:
     assert "toolcall_consumer_lag_records" in joined
     assert "toolcall_deadletters_total" in joined
     assert "toolcall_transaction_aborts_total" in joined
+    assert 'toolcall_control_commands_total{outcome="rejected"' in joined
     assert 'toolcall_executor_control_records_total{outcome="rejected"}' in joined
     assert 'toolcall_executor_outcomes_total{outcome="unknown"}' in joined
     for name, expr in rules.items():

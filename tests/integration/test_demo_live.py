@@ -59,7 +59,8 @@ def test_make_up_runs_the_live_pipeline_and_leaves_nothing(
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
 
-    rows = json.loads(summary.read_text())
+    data = json.loads(summary.read_text())
+    rows = data["calls"]
     dispatched = [r for r in rows if r["scenario"] == "recording" and r["outcome"] == "dispatched"]
     assert len(dispatched) >= 5
     assert all(r["dispatch_id"] for r in dispatched)
@@ -78,6 +79,15 @@ def test_make_up_runs_the_live_pipeline_and_leaves_nothing(
     assert str(confirmed["output"]["booking_ref"]).startswith("BK-")
     # calls the Assembler refuses are in the summary too, with their reason
     assert any(r["outcome"] == "failed" and r["reason"] == "unknown_tool" for r in rows)
+
+    # the workers' own counters agree: commands judged and applied, none rejected
+    commands = data["worker_metrics"]["toolcall_control_commands_total"]
+    assert commands["response.quarantined/applied"] >= 1
+    assert commands["turn.cancelled/applied"] >= 1
+    assert commands["call.confirmed/applied"] >= 1
+    assert not [k for k in commands if k.endswith("/rejected")]
+    outputs = data["worker_metrics"]["toolcall_output_records_total"]
+    assert outputs["dispatch"] == len([r for r in rows if r["dispatch_id"]])
 
     # the printed summary names provider, tool, outcome, reason and dispatch → result
     assert "dispatch → result" in out
