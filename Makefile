@@ -48,7 +48,7 @@ $(HELM_STAMP):
 	@test -x "$(GO)" || { echo "Go is needed to build helm $(HELM_VERSION) (GO=$(GO))"; exit 1; }
 	@mkdir -p $(TOOLS)
 	@echo "building helm $(HELM_VERSION) into $(TOOLS) (go install; first run only)"
-	GOBIN=$(CURDIR)/$(TOOLS) GOFLAGS=-buildvcs=false $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(CURDIR)/$(TOOLS) GOFLAGS=-buildvcs=false $(GO) install -ldflags='-s -w' helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
 	@touch $(HELM_STAMP)
 
 lint: $(STAMP)
