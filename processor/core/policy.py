@@ -28,6 +28,9 @@ class Limits:
     retention_seconds: float = 24 * 3600.0
     # How long a validated call may wait for its turn's actor binding (turn.started).
     binding_wait_seconds: float = 30.0
+    # How far a record's own time (ts, issued_at) may lie in the future of its reading before it
+    # is dead-lettered as future_time (producers' clocks differ a little; never by minutes).
+    max_clock_skew_seconds: float = 60.0
 
     def call_bytes(self, declaration: ToolDeclaration | None) -> int:
         if declaration is not None and declaration.limits.max_bytes is not None:
