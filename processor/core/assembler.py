@@ -41,6 +41,7 @@ from processor.core.control import (
     judge_command,
     response_state_key,
     tenant_state_key,
+    tool_slot,
     tool_state_key,
     turn_state_key,
 )
@@ -513,7 +514,7 @@ class Assembler:
                 )
             case ToolDisabled():
                 tool = self._canonical_tool(event.tool)
-                self.control.disabled_tools[(event.tenant or "*", tool)] = flag
+                self.control.disabled_tools[(tool_slot(event.tenant), tool)] = flag
                 self._mark(tool_state_key(event.tenant, tool))
                 affected = self._stop(
                     [
@@ -528,7 +529,7 @@ class Assembler:
                 )
             case ToolEnabled():
                 tool = self._canonical_tool(event.tool)
-                self.control.disabled_tools.pop((event.tenant or "*", tool), None)
+                self.control.disabled_tools.pop((tool_slot(event.tenant), tool), None)
                 self._mark(tool_state_key(event.tenant, tool))
             case TenantStopped():
                 self.control.stopped_tenants[event.tenant] = flag

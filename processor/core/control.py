@@ -286,7 +286,13 @@ def response_state_key(tenant: str, turn_id: str, response_id: str) -> str:
 
 
 def tool_state_key(tenant: str | None, tool: str) -> str:
-    return "tool:" + encode_key((tenant or "*", tool))
+    return "tool:" + encode_key((tool_slot(tenant), tool))
+
+
+def tool_slot(tenant: str | None) -> str:
+    """The tenant slot of a tool switch: the tenant, or ``*`` for every tenant (no tenant is
+    ``*``: the identifier alphabet of a tenant excludes it)."""
+    return "*" if tenant is None else tenant
 
 
 def tenant_state_key(tenant: str) -> str:

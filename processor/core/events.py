@@ -127,7 +127,8 @@ class CallRecord(_Record):
 
     @property
     def key(self) -> CallKey:
-        return CallKey(
+        # the record's own fields were validated when it was made: no second validation
+        return CallKey.model_construct(
             tenant=self.tenant,
             turn_id=self.turn_id,
             response_id=self.response_id,
