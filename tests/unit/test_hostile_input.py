@@ -23,6 +23,7 @@ from processor.core.events import (
     Dispatch,
     Ledger,
     ResponseQuarantined,
+    ResponseStatus,
     TenantResumed,
     TenantStopped,
     ToolDisabled,
@@ -130,6 +131,22 @@ def test_2_identifiers_outside_the_alphabet_are_dead_letters(field: str, bad: st
     with pytest.raises(RecordRejected) as caught:
         decode_input(orjson.dumps(record))
     assert caught.value.reason == "invalid_record"
+
+
+@pytest.mark.parametrize("field", ["tenant", "turn_id", "response_id"])
+def test_2_a_unit_separator_in_an_id_never_crashes_the_changelog(field: str) -> None:
+    """The review's crash: U+001F in a response id made drain_changes raise ValueError."""
+    assembler, call = Assembler(registry()), Call()
+    records = [orjson.loads(encode(e)) for e in [turn_started(), *call.stream(WEATHER)]]
+    records += [orjson.loads(encode(call.response_ended(ResponseStatus.COMPLETED)))]
+    outputs = []
+    for record in records:
+        if field in record:
+            record[field] = "r\x1fx"
+        outputs += assembler.handle_record(orjson.dumps(record), SOURCE, 100.0)
+        assembler.drain_changes()  # raised ValueError before the fix
+    assert all(isinstance(o, DeadLetter) for o in outputs)
+    assert assembler.calls == {}
 
 
 @pytest.mark.parametrize("tenant", ["a/b", "*"])
