@@ -60,6 +60,7 @@ class LimitsSettings(BaseModel):
     retention_seconds: float = Field(default=Limits.retention_seconds, gt=0)
     binding_wait_seconds: float = Field(default=Limits.binding_wait_seconds, gt=0)
     max_clock_skew_seconds: float = Field(default=Limits.max_clock_skew_seconds, ge=0)
+    response_wait_seconds: float = Field(default=Limits.response_wait_seconds, gt=0)
 
     def to_limits(self) -> Limits:
         return Limits(**self.model_dump())
@@ -173,11 +174,14 @@ class Settings(BaseSettings):
     batch_max_records: int = Field(default=500, gt=0)
     poll_timeout_ms: int = Field(default=200, ge=0)
     tick_interval_seconds: float = Field(default=1.0, gt=0)
-    session_timeout_ms: int = Field(default=30_000, gt=0)
-    heartbeat_interval_ms: int = Field(default=3_000, gt=0)
+    # A dead member is noticed after the session timeout: its partitions stand still until
+    # then, so it is short (dispatch resumes within ~15 s of a SIGKILL). Transactions must be
+    # shorter still (ARCHITECTURE.md §5), and the commit deadline shorter than a transaction.
+    session_timeout_ms: int = Field(default=10_000, gt=0)
+    heartbeat_interval_ms: int = Field(default=1_000, gt=0)
     max_poll_interval_ms: int = Field(default=300_000, gt=0)
-    transaction_timeout_ms: int = Field(default=20_000, gt=0)
-    commit_timeout_seconds: float = Field(default=15.0, gt=0)
+    transaction_timeout_ms: int = Field(default=9_000, gt=0)
+    commit_timeout_seconds: float = Field(default=7.0, gt=0)
     restore_timeout_seconds: float = Field(default=300.0, gt=0)
     lag_interval_seconds: float = Field(default=5.0, gt=0)
 

@@ -13,8 +13,26 @@ The order of a call's life, and the only road to ``dispatch``::
 
     call.started / call.delta      → collecting (deltas scanned as they arrive)
     call.ended                     → terminal_candidate (positions complete, JSON complete)
-    turn bound (turn.started)      → one strict parse, schema, business rules → validated
-    actor, permission, switches    → dispatched, or a proposal that waits for call.confirmed
+    turn bound (turn.started)      → one strict parse, schema, business rules, actor,
+                                     permission, switches → awaiting_response
+    response.ended (completed)     → validated, once the control barrier is applied (below)
+                                   → dispatched, or a proposal that waits for call.confirmed
+
+Response verdicts. A validated call acts only once the response it belongs to ended with the
+provider's normal completion (``response.ended`` with ``status: completed``); any other ending
+(refused, filtered, cut, failed, an alternative that was not chosen) makes it inert, and so does
+waiting longer than ``response_wait_seconds``. A tool declared ``dispatch_on: call_end`` opts out
+of that wait.
+
+Causal control. Kafka orders ``control`` and ``fragments`` separately, so a worker catching up
+on a backlog may read a call's terminal before a cancellation that was committed earlier. The
+runtime therefore passes, with each fragment record, a *barrier*: the committed end offset of
+this partition's ``control`` topic taken after the record was fetched, and reports with
+:meth:`Assembler.advance_control` how far ``control`` has been applied. A call releases only
+when the applied position has reached the barriers of its terminal events (its ``call.ended``
+and its response's ``response.ended``), so every control record committed before them has
+been applied first, whatever the batches. Without barriers (offline replay, in-process use of
+one ordered stream) nothing is held.
 """
 
 from __future__ import annotations
@@ -76,7 +94,7 @@ from processor.core.events import (
 )
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits, permission
-from processor.core.registry import Registry, ValidationContext
+from processor.core.registry import DispatchOn, Registry, ValidationContext
 from processor.core.states import CallState, TerminalReason, Trigger
 from processor.core.validation import Rejected, validate_call
 
@@ -88,7 +106,18 @@ _RESPONSE_END_REASON = {
     ResponseStatus.FAILED: TerminalReason.RESPONSE_FAILED,
     ResponseStatus.ERROR: TerminalReason.RESPONSE_FAILED,
     ResponseStatus.CANCELLED: TerminalReason.RESPONSE_FAILED,
+    ResponseStatus.NOT_CHOSEN: TerminalReason.NOT_CHOSEN,
 }
+# states that a voiding response verdict makes inert: everything not yet acted on
+_VOIDABLE = frozenset(
+    {
+        CallState.ABSENT,
+        CallState.COLLECTING,
+        CallState.TERMINAL_CANDIDATE,
+        CallState.AWAITING_RESPONSE,
+        CallState.VALIDATED,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -122,18 +151,31 @@ class Assembler:
         self._ended: deque[tuple[float, CallKey]] = deque()  # in order of ended_at
         self._ended_sorted = True
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
+        # validated calls waiting for their response's end or for the control barrier
+        self._awaiting: dict[CallKey, CallBuffer] = {}
+        self._barrier_held: dict[CallKey, int] = {}  # of those, the ones held by the barrier only
+        self._recheck_awaiting = False  # after a restore: look at every awaiting call once
+        self._control_position: int | None = None  # how far this partition's control is applied
         self.late_events = 0  # events for absorbing calls, ignored (a delivery condition)
         self.duplicate_deltas = 0
 
     # ================================================================== entry points
 
     def handle_record(
-        self, payload: bytes, source: RecordSource, now: float, *, record_time: float | None = None
+        self,
+        payload: bytes,
+        source: RecordSource,
+        now: float,
+        *,
+        record_time: float | None = None,
+        barrier: int | None = None,
     ) -> list[OutputRecord]:
         """Decode one raw record and handle it; an unusable record becomes a dead letter.
 
         ``record_time`` is when the record was written (the broker's append time): commands are
-        judged by it, not by when a lagging worker happens to read them.
+        judged by it, not by when a lagging worker happens to read them. ``barrier`` is, for a
+        fragment record, the control position that must be applied before what it completes may
+        act (see the module docstring).
         """
         reading = now if record_time is None else max(now, record_time)
         try:
@@ -145,10 +187,15 @@ class Assembler:
         if event_time(event) < now - self.limits.retention_seconds:
             detail = "older than the retention window; its state may have been forgotten"
             return [self.dead_letter(payload, source, "stale_event", detail, now)]
-        return self.handle(event, now, record_time=record_time)
+        return self.handle(event, now, record_time=record_time, barrier=barrier)
 
     def handle(
-        self, event: InputEvent, now: float, *, record_time: float | None = None
+        self,
+        event: InputEvent,
+        now: float,
+        *,
+        record_time: float | None = None,
+        barrier: int | None = None,
     ) -> list[OutputRecord]:
         """Apply one decoded fragment or control event.
 
@@ -161,9 +208,9 @@ class Assembler:
         out: list[OutputRecord] = []
         match event:
             case CallStarted() | CallDelta() | CallEnded():
-                self._on_call_event(event, now, out)
+                self._on_call_event(event, now, barrier, out)
             case ResponseEnded():
-                self._on_response_ended(event, now, out)
+                self._on_response_ended(event, now, barrier, out)
             case TurnStarted():
                 self._on_turn_started(event, now, out)
             case TurnCancelled():
@@ -175,6 +222,35 @@ class Assembler:
             case _:
                 self._on_operator(event, now, written, out)
         return out
+
+    def advance_control(self, position: int, now: float) -> list[OutputRecord]:
+        """This partition's ``control`` is applied up to ``position`` (its next offset).
+
+        Releases the calls that were held only until that position; returns their outputs.
+        """
+        if self._control_position is not None and position <= self._control_position:
+            if not self._recheck_awaiting:
+                return []
+        else:
+            self._control_position = position
+        out: list[OutputRecord] = []
+        if self._recheck_awaiting:
+            self._recheck_awaiting = False
+            waiting = list(self._awaiting.values())
+        else:
+            waiting = [self._awaiting[k] for k, b in self._barrier_held.items() if b <= position]
+        for buf in waiting:
+            self._try_release(buf, now, out)
+        return out
+
+    @property
+    def control_position(self) -> int | None:
+        return self._control_position
+
+    @property
+    def holds_for_control(self) -> bool:
+        """Whether some call waits only for ``control`` to be applied further."""
+        return bool(self._barrier_held) or self._recheck_awaiting
 
     def tick(self, now: float) -> list[OutputRecord]:
         """Expire idle buffers, unbound candidates, unanswered confirmations; forget old state."""
@@ -197,6 +273,10 @@ class Assembler:
         if buf.state is CallState.TERMINAL_CANDIDATE and buf.awaiting_binding_since is not None:
             unbound = now - buf.awaiting_binding_since > limits.binding_wait_seconds
             return TerminalReason.PERMISSION_DENIED if unbound else None
+        if buf.state is CallState.AWAITING_RESPONSE and buf.key not in self._barrier_held:
+            since = buf.validated_at if buf.validated_at is not None else buf.last_activity
+            late = now - since > limits.response_wait_seconds
+            return TerminalReason.RESPONSE_TIMEOUT if late else None
         if buf.state is CallState.VALIDATED and buf.expires_at is not None:
             return TerminalReason.CONFIRMATION_EXPIRED if now > buf.expires_at else None
         return None
@@ -223,12 +303,16 @@ class Assembler:
     # ================================================================== fragments
 
     def _on_call_event(
-        self, event: CallStarted | CallDelta | CallEnded, now: float, out: list[OutputRecord]
+        self,
+        event: CallStarted | CallDelta | CallEnded,
+        now: float,
+        barrier: int | None,
+        out: list[OutputRecord],
     ) -> None:
         key = event.key
         buf = self.calls.get(key)
         is_new = False
-        if buf is not None and (buf.state.absorbing or buf.state is CallState.VALIDATED):
+        if buf is not None and (buf.state.absorbing or buf.state in _VALIDATED_STATES):
             self.late_events += 1  # a replay of a call whose fragments are already complete
             return
         refusal = self.control.refusal(key.tenant, key.turn_id, key.response_id)
@@ -252,6 +336,7 @@ class Assembler:
             elif isinstance(event, CallDelta):
                 self._apply_delta(buf, event)
             else:
+                buf.barrier = _later(buf.barrier, barrier)
                 self._apply_end(buf, event, now, out)
         except AssemblyError as exc:
             buf.parse_result = buf.parse_result or exc.reason
@@ -337,17 +422,49 @@ class Assembler:
             max_deltas=self.limits.call_deltas(declaration),
         )
 
-    def _on_response_ended(self, event: ResponseEnded, now: float, out: list[OutputRecord]) -> None:
+    def _on_response_ended(
+        self, event: ResponseEnded, now: float, barrier: int | None, out: list[OutputRecord]
+    ) -> None:
+        """The response's verdict: its open calls end; its validated calls act or become inert.
+
+        The first verdict stands, except that a later voiding one still voids what has not
+        acted yet (two provider finals that disagree fail safe); nothing revives a voided call.
+        """
         reason = _RESPONSE_END_REASON[event.status]
+        completed = event.status is ResponseStatus.COMPLETED
         record = self.control.ensure_response(event.tenant, event.turn_id, event.response_id, now)
-        if record.ended is None:
+        if record.ended is None or (record.completed and not completed):
             record.ended = reason.value
+            record.completed = completed
+            record.barrier = barrier
+            record.provider_reason = event.reason or event.status.value
             self._mark(response_state_key(event.tenant, event.turn_id, event.response_id))
+        elif not record.completed:
+            completed = False  # voided before: a later "completed" revives nothing
+            reason = TerminalReason(record.ended)
+        voided: list[CallKey] = []
         for buf in self._turn_calls(event.tenant, event.turn_id):
             if buf.key.response_id != event.response_id:
                 continue
             if buf.state in (CallState.ABSENT, CallState.COLLECTING):
+                buf.provider_reason = record.provider_reason
                 self._terminate(buf, reason, now, out)
+            elif completed:
+                continue  # released below, in the order their terminals validated
+            elif buf.state in _VOIDABLE:
+                buf.provider_reason = record.provider_reason
+                voided.append(buf.key)
+                self._terminate(buf, reason, now, out)
+        if voided:
+            out.append(outputs.response_audit(event, voided, now))
+        if completed:
+            for buf in [
+                b
+                for b in self._awaiting.values()
+                if b.key.response_id == event.response_id
+                and (b.key.tenant, b.key.turn_id) == (event.tenant, event.turn_id)
+            ]:
+                self._try_release(buf, now, out)
 
     # ================================================================== validation & dispatch
 
@@ -400,7 +517,34 @@ class Assembler:
         buf.fire(Trigger.VALIDATE)
         buf.arguments, buf.args_digest = result.arguments, result.args_digest
         buf.awaiting_binding_since = None
+        buf.validated_at = now
         self._drop_text(buf)  # the validated object is all we keep now
+        self._awaiting[buf.key] = buf
+        self._touch(buf)
+        self._try_release(buf, now, out)
+
+    def _try_release(self, buf: CallBuffer, now: float, out: list[OutputRecord]) -> None:
+        """Act on an awaiting call once its response completed and the barrier is applied."""
+        if buf.state is not CallState.AWAITING_RESPONSE:
+            return
+        declaration = self._declaration(buf)
+        if declaration is None:  # the registry cannot change under a running Assembler
+            self._terminate(buf, TerminalReason.UNKNOWN_TOOL, now, out)
+            return
+        key = buf.key
+        response = self.control.response(key.tenant, key.turn_id, key.response_id)
+        completed = response is not None and response.completed
+        if not completed and declaration.dispatch_on is DispatchOn.RESPONSE_END:
+            return  # waits for the response's verdict (or expires)
+        barrier = _later(buf.barrier, response.barrier if response and completed else None)
+        if barrier is not None and (
+            self._control_position is None or self._control_position < barrier
+        ):
+            self._barrier_held[key] = barrier
+            return
+        self._barrier_held.pop(key, None)
+        del self._awaiting[key]
+        buf.fire(Trigger.RELEASE)
         if declaration.requires_confirmation:
             buf.expires_at = now + declaration.confirmation_ttl_seconds
             self._touch(buf)
@@ -593,6 +737,8 @@ class Assembler:
         self._open_per_tenant[key.tenant] = self._open_per_tenant.get(key.tenant, 0) + 1
 
     def _uncount(self, buf: CallBuffer) -> None:
+        self._awaiting.pop(buf.key, None)
+        self._barrier_held.pop(buf.key, None)
         if not buf.counted:
             return
         buf.counted = False
@@ -707,6 +853,9 @@ class Assembler:
                 self.calls[call_key] = buf
                 if not buf.state.absorbing:
                     self._count(buf)
+                    if buf.state is CallState.AWAITING_RESPONSE:
+                        self._awaiting[call_key] = buf
+                        self._recheck_awaiting = True
                 else:
                     self._ended.append((buf.ended_at or 0.0, call_key))
                     self._ended_sorted = False
@@ -729,6 +878,16 @@ def _parse_text_key(key: str) -> tuple[CallKey, int]:
 def _call_key(encoded: str) -> CallKey:
     t, u, r, i, c = decode_key(encoded)
     return _restored_key(t, u, r, i, c)
+
+
+_VALIDATED_STATES = frozenset({CallState.AWAITING_RESPONSE, CallState.VALIDATED})
+
+
+def _later(a: int | None, b: int | None) -> int | None:
+    """The later of two barriers (None = no barrier)."""
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
 
 
 def _restored_key(t: str, u: str, r: str, i: str, c: str) -> CallKey:

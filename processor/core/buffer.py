@@ -56,6 +56,11 @@ class CallBuffer:
     args_digest: str | None = None
     expires_at: float | None = None  # confirmation deadline, when one is awaited
     awaiting_binding_since: float | None = None
+    validated_at: float | None = None  # entered awaiting_response (waits for the response end)
+    # the control position (an offset of this partition's control topic) that must be applied
+    # before the call may act: control's committed end when its terminal events were read
+    barrier: int | None = None
+    provider_reason: str | None = None  # the provider's stop reason, when it voided the call
     # set once terminal
     reason: TerminalReason | None = None
     dispatch_id: str | None = None
@@ -172,8 +177,8 @@ class CallBuffer:
         "tool", "actor", "provider", "contiguous", "byte_count", "fragment_count",
         "duplicate_count", "started_at", "last_activity", "terminal_event_id",
         "provider_arguments", "tool_name", "tool_version", "alias_used", "arguments",
-        "args_digest", "expires_at", "awaiting_binding_since", "dispatch_id", "parse_result",
-        "validation_result", "ended_at",
+        "args_digest", "expires_at", "awaiting_binding_since", "validated_at", "barrier",
+        "provider_reason", "dispatch_id", "parse_result", "validation_result", "ended_at",
     )  # fmt: skip
 
     def snapshot(self) -> dict[str, Any]:

@@ -153,6 +153,9 @@ class ResponseRecord:
     quarantined: bool = False
     ended: str | None = None  # TerminalReason value for calls that were still open
     last_seen: float = 0.0
+    completed: bool = False  # ended with the provider's normal completion: its calls may act
+    barrier: int | None = None  # control position to apply before its calls act (see Assembler)
+    provider_reason: str | None = None  # the provider's stop reason as the adapter gave it
 
     def refusal(self) -> TerminalReason | None:
         if self.quarantined:

@@ -184,6 +184,7 @@ class ResponseStatus(StrEnum):
     INCOMPLETE = "incomplete"
     CANCELLED = "cancelled"
     ERROR = "error"
+    NOT_CHOSEN = "not_chosen"  # an alternative (n > 1, candidateCount > 1) that must not act
 
 
 class ResponseEnded(_Record):
@@ -402,6 +403,7 @@ class Status(CallRecord):
     state: Annotated[UserState, Lax]
     retry_possible: bool
     message: Reason
+    provider_reason: Reason | None = None  # the provider's stop reason, when it voided the call
     ts: Time
 
 
@@ -423,6 +425,7 @@ class Ledger(CallRecord):
     dispatch_decision: str
     dispatch_id: Id | None = None
     args_digest: Id | None = None
+    provider_reason: Reason | None = None  # the provider's stop reason, when it voided the call
     ts: Time
 
 

@@ -25,6 +25,7 @@ from processor.core.events import (
     Ledger,
     OperatorCommand,
     Proposal,
+    ResponseEnded,
     Status,
     TurnCancelled,
     TurnStarted,
@@ -50,6 +51,10 @@ STATUS_MESSAGE: Final = {
     TerminalReason.UNKNOWN_TOOL: "The assistant asked for a tool that does not exist.",
     TerminalReason.CONFIRMATION_DENIED: "You declined this action.",
     TerminalReason.CONFIRMATION_EXPIRED: "The confirmation window closed before you answered.",
+    TerminalReason.RESPONSE_FAILED: (
+        "The assistant's response was refused, filtered or failed, so this action will not run."
+    ),
+    TerminalReason.NOT_CHOSEN: "Another alternative of this response was used instead.",
 }
 RETRY_MESSAGE: Final = "The request could not be completed; asking again may work."
 FINAL_MESSAGE: Final = "The request could not be completed."
@@ -117,6 +122,7 @@ def status(buf: CallBuffer, state: UserState, retry: bool, message: str, now: fl
         state=state,
         retry_possible=retry,
         message=message,
+        provider_reason=buf.provider_reason,
         ts=now,
     )
 
@@ -150,6 +156,7 @@ def ledger(buf: CallBuffer, now: float) -> Ledger:
         dispatch_decision="dispatched" if dispatched else "not_dispatched",
         dispatch_id=buf.dispatch_id,
         args_digest=buf.args_digest,
+        provider_reason=buf.provider_reason,
         ts=now,
     )
 
@@ -171,6 +178,22 @@ def audit(
         outcome=outcome,
         rejection=rejection,
         affected=sorted(affected, key=lambda k: k.as_tuple),
+        ts=now,
+    )
+
+
+def response_audit(event: ResponseEnded, voided: Iterable[CallKey], now: float) -> Audit:
+    """A provider's verdict that voided validated calls: who said so, why, which calls."""
+    return Audit(
+        audit_id=stable_id("audit", event.event_id, "response_verdict"),
+        command_id=event.event_id,
+        command_type=event.type,
+        issued_by="provider:" + event.provider,
+        tenant=event.tenant,
+        reason=event.reason or event.status.value,
+        outcome=AuditOutcome.APPLIED,
+        rejection=None,
+        affected=sorted(voided, key=lambda k: k.as_tuple),
         ts=now,
     )
 

@@ -31,6 +31,9 @@ class Limits:
     # How far a record's own time (ts, issued_at) may lie in the future of its reading before it
     # is dead-lettered as future_time (producers' clocks differ a little; never by minutes).
     max_clock_skew_seconds: float = 60.0
+    # How long a validated call may wait for its response's end (response.ended) before it is
+    # made inert as ``response_timeout``: a stream that stops without its end event never acts.
+    response_wait_seconds: float = 600.0
 
     def call_bytes(self, declaration: ToolDeclaration | None) -> int:
         if declaration is not None and declaration.limits.max_bytes is not None:

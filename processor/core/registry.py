@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator, FormatChecker
@@ -39,6 +40,20 @@ class BusinessValidator(Protocol):
 ValidatorResolver = Callable[[str], BusinessValidator]
 
 
+class DispatchOn(StrEnum):
+    """When a validated call of a tool may act.
+
+    ``response_end`` (the default): only once the response it belongs to ended with the
+    provider's normal completion, so a refusal, a content filter or a cut voids it.
+    ``call_end``: as soon as the call's own terminal validates, an explicit opt-in for
+    read-only tools whose latency matters; a later voiding verdict of the response can then
+    no longer stop it.
+    """
+
+    RESPONSE_END = "response_end"
+    CALL_END = "call_end"
+
+
 @dataclass(frozen=True)
 class ToolLimits:
     """Per-tool limits; ``None`` means the partition-wide limit applies."""
@@ -60,6 +75,7 @@ class ToolDeclaration:
     allowed_actors: frozenset[str] | None = None
     limits: ToolLimits = ToolLimits()
     business_validators: tuple[tuple[str, BusinessValidator], ...] = ()
+    dispatch_on: DispatchOn = field(default_factory=lambda: DispatchOn.RESPONSE_END)
 
     def permits(self, tenant: str, actor: str) -> bool:
         if self.allowed_tenants is not None and tenant not in self.allowed_tenants:
@@ -86,6 +102,7 @@ _TOOL_KEYS = frozenset(
         "limits",
         "validators",
         "description",
+        "dispatch_on",
     }
 )
 
@@ -166,6 +183,11 @@ def _declaration(
     ttl = entry.get("confirmation_ttl_seconds", 300.0)
     if not isinstance(ttl, int | float) or ttl <= 0:
         raise RegistryError(detail=f"{where}: 'confirmation_ttl_seconds' must be positive")
+    try:
+        dispatch_on = DispatchOn(entry.get("dispatch_on", DispatchOn.RESPONSE_END.value))
+    except ValueError:
+        choices = ", ".join(d.value for d in DispatchOn)
+        raise RegistryError(detail=f"{where}: 'dispatch_on' must be one of {choices}") from None
     tenants = _str_list(entry.get("allowed_tenants"), where, "allowed_tenants")
     actors = _str_list(entry.get("allowed_actors"), where, "allowed_actors")
     return ToolDeclaration(
@@ -183,6 +205,7 @@ def _declaration(
             max_deltas=_positive(limits.get("max_deltas"), where, "limits.max_deltas"),
         ),
         business_validators=tuple(validators),
+        dispatch_on=dispatch_on,
     )
 
 

@@ -19,6 +19,7 @@ class CallState(StrEnum):
     ABSENT = "absent"
     COLLECTING = "collecting"
     TERMINAL_CANDIDATE = "terminal_candidate"
+    AWAITING_RESPONSE = "awaiting_response"
     VALIDATED = "validated"
     DISPATCHED = "dispatched"
     CANCELLED = "cancelled"
@@ -34,6 +35,9 @@ class Trigger(StrEnum):
     DELTA = "delta"  # call.delta accepted into the buffer
     END = "end"  # call.ended: the protocol's terminal signal, permits one parse
     VALIDATE = "validate"  # strict parse, schema, business rules, binding and permission passed
+    # the response completed normally (or the tool dispatches at its own end) AND every control
+    # record committed before the call's terminal events were read has been applied
+    RELEASE = "release"
     DISPATCH = "dispatch"  # written to dispatch (directly, or after a matching confirmation)
     CANCEL = "cancel"  # control: user stop, supersession, operator command, response ended
     FAIL = "fail"  # the call cannot be completed (malformed, invalid, limits, expiry, denial)
@@ -59,7 +63,12 @@ TRANSITIONS: Final[dict[CallState, dict[Trigger, CallState]]] = {
         _T.FAIL: _S.FAILED,
     },
     _S.TERMINAL_CANDIDATE: {
-        _T.VALIDATE: _S.VALIDATED,
+        _T.VALIDATE: _S.AWAITING_RESPONSE,
+        _T.CANCEL: _S.CANCELLED,
+        _T.FAIL: _S.FAILED,
+    },
+    _S.AWAITING_RESPONSE: {
+        _T.RELEASE: _S.VALIDATED,
         _T.CANCEL: _S.CANCELLED,
         _T.FAIL: _S.FAILED,
     },
@@ -96,6 +105,8 @@ class TerminalReason(StrEnum):
     TENANT_STOPPED = "tenant_stopped"
     RESPONSE_FAILED = "response_failed"
     INCOMPLETE = "incomplete"
+    RESPONSE_TIMEOUT = "response_timeout"  # the call's response never ended
+    NOT_CHOSEN = "alternative_not_chosen"  # another alternative (n > 1, candidates) acts
     # failed: the call itself cannot become a valid, permitted call
     MALFORMED_JSON = "malformed_json"
     UNKNOWN_TOOL = "unknown_tool"
@@ -134,6 +145,8 @@ _CANCEL_REASONS: Final = frozenset(
         TerminalReason.TENANT_STOPPED,
         TerminalReason.RESPONSE_FAILED,
         TerminalReason.INCOMPLETE,
+        TerminalReason.RESPONSE_TIMEOUT,
+        TerminalReason.NOT_CHOSEN,
     }
 )
 
@@ -142,6 +155,7 @@ _RETRYABLE: Final = frozenset(
         TerminalReason.CONNECTION_LOST,
         TerminalReason.RESPONSE_FAILED,
         TerminalReason.INCOMPLETE,
+        TerminalReason.RESPONSE_TIMEOUT,
         TerminalReason.MALFORMED_JSON,
         TerminalReason.SCHEMA_INVALID,
         TerminalReason.BUSINESS_INVALID,

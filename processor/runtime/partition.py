@@ -26,14 +26,17 @@ and partition p of the state changelog. Its life:
     advances ``expected``. On failure the caller resets the task (``prepare`` again), which
     discards the in-memory state the failed batch produced.
 
-Ordering across the two topics is by record timestamp within one fetched batch only; records
-fetched in different batches are applied in fetch order. ``control`` records carry the broker's
-append time (``LogAppendTime``, :mod:`processor.runtime.topics`) and fragments their producer's
-time, so the merge compares two clocks and is a best effort, as it was with two producers'
-clocks (a control record now sorts later by its produce latency at most). Nothing depends on it
-for safety: the Assembler tolerates a call's terminal event before its turn's ``turn.started``
-(it parks the candidate until the turn is bound), and executors re-check cancellations at
-execution time against ``control`` read to its end (ARCHITECTURE.md §7).
+Causal control. Ordering across the two topics by timestamp within one batch is a best effort
+(two clocks), and Kafka gives no order across batches, so safety rests on a barrier instead:
+``build`` receives ``barrier``, the committed end offset of ``control`` partition p taken (by
+the worker, with one ListOffsets request) *after* the batch was fetched, and hands it to the
+Assembler with every fragment record; after each control record, and at the end of the batch
+with the consumer's position (which also steps over transaction markers), it tells the
+Assembler how far ``control`` is applied. A call whose terminal events were read under barrier
+B acts only once control is applied up to B, so every cancellation, quarantine, disable, stop
+or denial committed before its terminal wins, across batches, restarts and rebalances (the
+barrier is an offset, and it is kept in the changelog with the call). Only those calls wait;
+the rest of the partition flows. Executors still re-check at execution time (§7).
 
 ``traceparent``: each output takes the header of the input record that caused it; outputs of
 ``tick`` (idle expiry) and outputs caused by a record without the header use the last traceparent
@@ -181,10 +184,19 @@ class PartitionTask:
     # ------------------------------------------------------------------ processing
 
     def build(
-        self, records: Mapping[str, Sequence[ConsumerRecord]], now: float, *, tick: bool
+        self,
+        records: Mapping[str, Sequence[ConsumerRecord]],
+        now: float,
+        *,
+        tick: bool,
+        barrier: int | None = None,
+        control_position: int | None = None,
     ) -> Step:
         """Feed one batch (topic role → records), then the optional tick, to the Assembler.
 
+        ``barrier`` is control's committed end offset read after this batch was fetched (needed
+        when the batch holds fragments); ``control_position`` the consumer's position on
+        control once the batch's control records are handed over (see the module docstring).
         The tick comes after the records, and the caller asks for it only when both inputs are
         caught up: expiry must never overtake a backlog that may hold the awaited event.
         """
@@ -205,8 +217,14 @@ class PartitionTask:
             trace = traceparent_of(record.headers)
             if trace is not None and role == "fragments" and record.key:
                 self._remember(record.key.decode("utf-8", "replace"), trace)
-            for out in self._handle(record, role, now):
+            for out in self._handle(record, role, now, barrier):
                 self._emit(step, out, trace, record.timestamp / 1000.0)
+            if role == "control":
+                for out in self.assembler.advance_control(record.offset + 1, now):
+                    self._emit(step, out, None, record.timestamp / 1000.0)
+        if control_position is not None:
+            for out in self.assembler.advance_control(control_position, now):
+                self._emit(step, out, None, now)
         if tick:
             self.last_tick = now
             for out in self.assembler.tick(now):
@@ -215,7 +233,9 @@ class PartitionTask:
             step.plan.changelog.append(encode_change(change, self.topics.changelog, self.partition))
         return step
 
-    def _handle(self, record: ConsumerRecord, role: str, now: float) -> list[OutputRecord]:
+    def _handle(
+        self, record: ConsumerRecord, role: str, now: float, barrier: int | None
+    ) -> list[OutputRecord]:
         payload: bytes = record.value or b""
         source = RecordSource(record.topic, record.partition, record.offset)
         problem = self._misplaced(payload, role)
@@ -224,7 +244,13 @@ class PartitionTask:
             return [self.assembler.dead_letter(payload, source, reason, detail, now)]
         try:
             written = record.timestamp / 1000.0  # control uses LogAppendTime: the broker's clock
-            return self.assembler.handle_record(payload, source, now, record_time=written)
+            return self.assembler.handle_record(
+                payload,
+                source,
+                now,
+                record_time=written,
+                barrier=barrier if role == "fragments" else None,
+            )
         except Exception as exc:  # a core bug must not stop the partition
             # no traceback: an exception message from the core could quote argument text
             log.error(

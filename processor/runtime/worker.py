@@ -6,7 +6,10 @@ The loop, in the spirit of h11's example client (the Assembler is the protocol, 
             subscribe to fragments + control (range assignor, manual offsets, read_committed)
     loop:   records = getmany(poll timeout, batch size)             (or stop on SIGTERM)
             with the processing lock:
-                per ready partition: build the step (tick when due, records in order)
+                barriers = control's committed end offsets, read now (after the fetch), for
+                           the partitions whose batch holds fragments (one ListOffsets)
+                per ready partition: build the step (records in order with the barrier,
+                           control applied up to the consumer's position, tick when due)
                 commit every non-empty step, partitions in parallel (one transaction each)
                 reset a partition whose transaction failed
             every lag interval: export lag and buffer gauges
@@ -195,18 +198,26 @@ class Worker:
             if fetched:
                 by_partition[tp.partition][roles[tp.topic]] = list(fetched)
         steps: list[tuple[PartitionTask, Step]] = []
-        for task in self.manager.ready_tasks():
+        tasks = self.manager.ready_tasks()
+        for task in tasks:
+            if task.partition in by_partition and task.ready_seq > fetch_seq:
+                # fetched before the task's latest seek: re-read from its expected offsets
+                self._drop(consumer, task, by_partition.pop(task.partition))
+        barriers = await self._barriers(consumer, tasks, by_partition)
+        for task in tasks:
             records = by_partition.pop(task.partition, {})
-            if records and task.ready_seq > fetch_seq:
-                self._drop(consumer, task, records)  # fetched before the task's latest seek
+            barrier = barriers.get(task.partition)
+            if "fragments" in records and barrier is None:
+                self._drop(consumer, task, records)  # no barrier, no fragments: retry them
                 records = {}
             tick = now - task.last_tick >= self.settings.tick_interval_seconds
             if tick:  # expire only when caught up: a backlog may hold what a buffer awaits
                 ends = {tp: _end_offset(consumer, tp) for tp in task.tps}
                 tick = task.caught_up(ends, records)
-            if not records and not tick:
+            if not records and not tick and not task.assembler.holds_for_control:
                 continue
-            step = task.build(records, now, tick=tick)
+            position = await _position(consumer, task.control_tp)
+            step = task.build(records, now, tick=tick, barrier=barrier, control_position=position)
             if not step.plan.empty:
                 steps.append((task, step))
         for leftover in by_partition.values():  # partitions that are not ready (or not ours)
@@ -214,6 +225,34 @@ class Worker:
                 metrics.RECORDS_SKIPPED.labels(role).inc(len(rs))
         if steps:
             await asyncio.gather(*(self._commit(task, step) for task, step in steps))
+
+    async def _barriers(
+        self,
+        consumer: AIOKafkaConsumer,
+        tasks: Sequence[PartitionTask],
+        by_partition: Mapping[int, Mapping[str, Sequence[ConsumerRecord]]],
+    ) -> dict[int, int]:
+        """Control's committed end offset per partition whose batch holds fragments.
+
+        Read after the batch was fetched, so it covers every control record committed before
+        any of those fragments was written (the causal rule: see :mod:`.partition`). Empty on
+        failure: the caller then re-reads those fragments later rather than run without it.
+        """
+        wanted = {
+            task.control_tp: task.partition
+            for task in tasks
+            if "fragments" in by_partition.get(task.partition, {})
+        }
+        if not wanted:
+            return {}
+        try:
+            ends = await asyncio.wait_for(
+                consumer.end_offsets(list(wanted)), self.settings.request_timeout_ms / 1000
+            )
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("control barrier unavailable; batch re-read", extra=fields(error=repr(exc)))
+            return {}
+        return {wanted[tp]: int(end) for tp, end in ends.items() if tp in wanted}
 
     def _drop(
         self, consumer: AIOKafkaConsumer, task: PartitionTask, records: Mapping[str, Any]
@@ -284,6 +323,14 @@ class Worker:
         if self.health is not None:
             await self.health.stop()
         log.info("worker stopped")
+
+
+async def _position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """The consumer's position on ``tp`` (past transaction markers), or None if unknown now."""
+    try:
+        return int(await asyncio.wait_for(consumer.position(tp), 1.0))
+    except Exception:  # not assigned any more, or being reset: try again next batch
+        return None
 
 
 def _end_offset(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:

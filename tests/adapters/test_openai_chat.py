@@ -286,7 +286,8 @@ def test_several_choices_keep_their_calls_apart() -> None:
         chunk(finish="tool_calls", choice=0),
         chunk(finish="length", choice=1),
     ])  # fmt: skip
-    assert assembled_calls(out) == [call("lookup", "call_x", "0:0", {"c": 0})]
+    # one response: choice 1 was cut (length), so the response did not complete normally
+    assert assembled_calls(out) == []
     assert response_endings(out) == [("chatcmpl-1", "incomplete", "finish_reason=length")]
     assert out[-1].type == "response.ended"
 

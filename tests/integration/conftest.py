@@ -38,7 +38,9 @@ from processor.core.events import (
     CallEnded,
     CallStarted,
     FragmentEvent,
+    ResponseEnded,
     ResponseQuarantined,
+    ResponseStatus,
     TenantStopped,
     TurnCancelled,
     TurnStarted,
@@ -112,8 +114,12 @@ def call_events(
     response: str = "resp-1",
     pieces: int = 4,
     ts: float | None = None,
+    end_response: bool = True,
 ) -> list[FragmentEvent]:
-    """call.started, the argument text cut into ``pieces`` deltas, call.ended."""
+    """call.started, the argument text cut into ``pieces`` deltas, call.ended, and (unless
+    ``end_response`` is false) the response's normal end, ``response.ended`` completed: a call
+    acts only once its response completed. The last two events are the call's terminal ones.
+    """
     now = ts if ts is not None else time.time()
     base = {
         "tenant": tenant,
@@ -135,6 +141,16 @@ def call_events(
     events.append(
         CallEnded(**base, event_id=f"{eid}.e", seq=len(chunks) + 1, terminal_event_id=f"{eid}.t")
     )
+    if end_response:
+        del base["item_id"], base["call_id"]
+        events.append(
+            ResponseEnded(
+                **base,
+                event_id=f"{tenant}.{turn}.{response}.end",
+                status=ResponseStatus.COMPLETED,
+                reason="stop",
+            )
+        )
     return events
 
 

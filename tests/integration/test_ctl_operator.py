@@ -380,7 +380,7 @@ async def test_emergency_stop_during_collecting_and_terminal_validation(
         # collecting: everything but the terminal event
         await start_turn(rt, "acme", "collecting")
         collecting = call_events("acme", "collecting", "call_0", '{"city": "Oslo"}')
-        await rt.publish(collecting[:-1])
+        await rt.publish(collecting[:-2])
         # terminal validation: the call ended, its turn is not bound yet (validation waits)
         validating = call_events("acme", "validating", "call_0", '{"city": "Rome"}')
         await rt.publish(validating)
@@ -390,7 +390,7 @@ async def test_emergency_stop_during_collecting_and_terminal_validation(
         # a quarantined response, while collecting
         await start_turn(rt, "acme", "held")
         held = call_events("acme", "held", "call_0", '{"city": "Lima"}', response="resp-H")
-        await rt.publish(held[:-1])
+        await rt.publish(held[:-2])
         await wait_status(rt, "collecting", "preparing")
         await wait_status(rt, "validating", "preparing")
         await wait_status(rt, "held", "preparing")
@@ -420,9 +420,9 @@ async def test_emergency_stop_during_collecting_and_terminal_validation(
         assert stop["reason"] == "incident 7" and stop["issued_by"] == "alice"
 
         # the rest arrives after the stop: terminal event, binding, confirmation
-        await rt.publish(collecting[-1:])
+        await rt.publish(collecting[-2:])
         await start_turn(rt, "acme", "validating")
-        await rt.publish(held[-1:])
+        await rt.publish(held[-2:])
         code, _ = await cli(
             rt, "ctl", "confirm", "--tenant", "acme", "--turn", "proposed",
             "--response", proposal["response_id"], "--item", proposal["item_id"],

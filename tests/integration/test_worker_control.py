@@ -51,14 +51,14 @@ async def test_control_prevents_dispatch_and_survives_restart(runtime: Runtime) 
         await runtime.control(turn_started("acme", turn))
 
     # both calls are collecting (everything but their terminal event) when control arrives
-    await runtime.publish(cancelled[:-1])
-    await runtime.publish(quarantined[:-1])
+    await runtime.publish(cancelled[:-2])
+    await runtime.publish(quarantined[:-2])
     cancel = turn_cancelled("acme", "turn-A")
     hold = quarantine("acme", "turn-B", "resp-B")
     await runtime.control(cancel, hold)
     await _audited(runtime, cancel.command_id, hold.command_id)
-    await runtime.publish(cancelled[-1:])
-    await runtime.publish(quarantined[-1:])
+    await runtime.publish(cancelled[-2:])
+    await runtime.publish(quarantined[-2:])
     await runtime.publish(normal)
 
     # a tenant stop is copied to every control partition and stops that tenant's turns everywhere

@@ -109,14 +109,23 @@ class Call:
             **self.ids,
         )
 
-    def stream(self, text: str, pieces: int = 3, tool: str = "get_weather") -> list[InputEvent]:
-        """start, the text cut into ``pieces`` deltas, end."""
+    def stream(
+        self, text: str, pieces: int = 3, tool: str = "get_weather", *, complete: bool = True
+    ) -> list[InputEvent]:
+        """start, the text cut into ``pieces`` deltas, end, and (``complete``) the response's
+        normal end: a validated call acts only once its response completed."""
         size = max(1, -(-len(text) // pieces))
         chunks = [text[i : i + size] for i in range(0, len(text), size)] or [""]
         events: list[InputEvent] = [self.start(tool)]
         events += [self.delta(i + 1, c) for i, c in enumerate(chunks)]
         events.append(self.end(len(chunks) + 1))
+        if complete:
+            events.append(self.done())
         return events
+
+    def done(self) -> ResponseEnded:
+        """The response's normal end (``response.ended`` completed)."""
+        return self.response_ended(ResponseStatus.COMPLETED)
 
     def response_ended(self, status: ResponseStatus) -> ResponseEnded:
         return ResponseEnded(
@@ -127,6 +136,7 @@ class Call:
             provider=self.provider,
             ts=self.ts,
             status=status,
+            reason="stop" if status is ResponseStatus.COMPLETED else status.value,
         )
 
     def confirm(self, digest: str, actor: str = "alice", cid: str = "conf-1") -> CallConfirmed:

@@ -1,8 +1,9 @@
 """Every named scenario, checked for the two cross-cutting rules of ARCHITECTURE.md:
 
 1. nothing is dispatched before its terminal event has been validated: a dispatch is only ever
-   produced by the call's ``call.ended`` (or, later, by its turn binding or its confirmation),
-   and never for a call whose ``call.ended`` has not arrived;
+   produced by its response's normal end (``response.ended`` completed), its ``call.ended``,
+   its turn binding or its confirmation, and never for a call whose ``call.ended`` has not
+   arrived;
 2. an old tuple cannot affect a newer turn: replaying the scenario interleaved with a newer
    turn's call that reuses the same response, item and call ids changes neither side's outcome.
 """
@@ -21,6 +22,7 @@ from processor.core.events import (
     Dispatch,
     InputEvent,
     Proposal,
+    ResponseEnded,
     TenantStopped,
     ToolDisabled,
     TurnStarted,
@@ -45,17 +47,19 @@ def interleaved() -> list[InputEvent]:
 def duplicates() -> list[InputEvent]:
     c = Call()
     return [turn_started(), c.start(), c.delta(1, '{"city":'), c.delta(1, '{"city":'),
-            c.delta(2, '"Bern"}'), c.end(3)]  # fmt: skip
+            c.delta(2, '"Bern"}'), c.end(3), c.done()]  # fmt: skip
 
 
 def conflicting_duplicate() -> list[InputEvent]:
     c = Call()
-    return [turn_started(), c.start(), c.delta(1, WEATHER), c.delta(1, '{"city": "X"}'), c.end(2)]
+    return [turn_started(), c.start(), c.delta(1, WEATHER), c.delta(1, '{"city": "X"}'), c.end(2),
+            c.done()]  # fmt: skip
 
 
 def terminal_before_missing_fragment() -> list[InputEvent]:
     c = Call()
-    return [turn_started(), c.start(), c.delta(1, '{"city": '), c.end(3), c.delta(2, '"B"}')]
+    return [turn_started(), c.start(), c.delta(1, '{"city": '), c.end(3), c.delta(2, '"B"}'),
+            c.done()]  # fmt: skip
 
 
 def malformed() -> list[InputEvent]:
@@ -157,7 +161,7 @@ def run(events: list[Any]) -> dict[tuple[str, ...], dict[str, Any]]:
             if isinstance(out, Dispatch):
                 key = out.key.as_tuple
                 assert key in ended, "dispatched before its terminal event"
-                assert isinstance(event, CallEnded | TurnStarted | CallConfirmed)
+                assert isinstance(event, ResponseEnded | CallEnded | TurnStarted | CallConfirmed)
                 assert key not in dispatched, "dispatched twice"
                 dispatched[key] = out.arguments
     return dispatched

@@ -1,9 +1,10 @@
 """Property tests of the Assembler.
 
 (a) Any JSON object, any chunking: the dispatched arguments equal the object.
-(b) A stateful test that interleaves, duplicates, reorders, conflicts, cancels, stops, expires and
-    restarts (restore from the changelog) calls against a small reference model, checking the
-    invariants of ARCHITECTURE.md §4 after every step.
+(b) A stateful test that interleaves, duplicates, reorders, conflicts, cancels, stops, expires,
+    ends responses (normally or with a voiding verdict) and restarts (restore from the
+    changelog) calls against a small reference model, checking the invariants of
+    ARCHITECTURE.md §4 after every step.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from processor.core.events import (
     Dispatch,
     Ledger,
     Proposal,
+    ResponseStatus,
     Status,
     TenantResumed,
     TenantStopped,
@@ -77,6 +79,8 @@ def test_any_object_any_chunking_assembles_the_object(
         outputs += assembler.handle(call.delta(seq, piece), 100.0)
     assert not [o for o in outputs if isinstance(o, Dispatch)]
     outputs += assembler.handle(call.end(len(pieces) + 1), 100.0)
+    assert not [o for o in outputs if isinstance(o, Dispatch)]  # until the response completes
+    outputs += assembler.handle(call.done(), 100.0)
     [dispatch] = [o for o in outputs if isinstance(o, Dispatch)]
     assert dispatch.arguments == obj
 
@@ -99,15 +103,23 @@ class Slot:
     sent: set[int] = field(default_factory=set)  # delta positions sent
     ended: bool = False
     touched: bool = False
-    fate: str = "open"  # open | proposed | dead | dispatched
+    fate: str = "open"  # open | validated | proposed | dead | dispatched
     tool: str = "t"
     proposed_at: float = 0.0
+    validated_at: float = 0.0
+
+    @property
+    def response(self) -> tuple[str, str, str]:
+        return (self.call.tenant, self.call.turn_id, self.call.response_id)
 
 
 class AssemblerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.limits = Limits(idle_timeout_seconds=50.0, max_reorder_window=WINDOW)
+        self.limits = Limits(
+            idle_timeout_seconds=50.0, max_reorder_window=WINDOW, response_wait_seconds=120.0
+        )
+        self.responses: dict[tuple[str, str, str], bool] = {}  # ended: completed normally?
         self.assembler = Assembler(ANY_OBJECT, self.limits)
         self.changelog: dict[str, bytes | None] = {}
         self.now = 100.0
@@ -154,6 +166,8 @@ class AssemblerMachine(RuleBasedStateMachine):
 
     def _refused(self, slot: Slot) -> bool:
         c = slot.call
+        if slot.response in self.responses:
+            return True  # a call event after its response ended is refused
         return (c.tenant, c.turn_id) in self.cancelled_turns or c.tenant in self.stopped
 
     def _touch(self, slot: Slot) -> None:
@@ -162,8 +176,16 @@ class AssemblerMachine(RuleBasedStateMachine):
             slot.fate = "dead"
 
     def _kill(self, slot: Slot) -> None:
-        if slot.fate in ("open", "proposed"):
+        if slot.fate in ("open", "validated", "proposed"):
             slot.fate = "dead"
+
+    def _release(self, slot: Slot) -> None:
+        """The response completed and the slot is validated: it acts (or is proposed)."""
+        if slot.fate == "validated":
+            if slot.tool == "c":
+                slot.fate, slot.proposed_at = "proposed", self.now
+            else:
+                slot.fate = "dispatched"
 
     # -- rules ---------------------------------------------------------------------------
 
@@ -215,14 +237,33 @@ class AssemblerMachine(RuleBasedStateMachine):
         self._touch(slot)
         if slot.fate == "open" and not slot.ended:
             complete = slot.started and slot.sent == set(range(1, len(slot.pieces) + 1))
-            if not complete:
-                slot.fate = "dead"
-            elif slot.tool == "c":
-                slot.fate, slot.proposed_at = "proposed", self.now
+            if not complete or slot.response in self.responses:
+                slot.fate = "dead"  # a call event after its response ended is refused
             else:
-                slot.fate = "dispatched"
+                slot.fate, slot.validated_at = "validated", self.now
         slot.ended = True
         self._feed(slot.call.end(len(slot.pieces) + 1))
+
+    @rule(data=st.data(), status=st.sampled_from(list(ResponseStatus)))
+    def end_response(self, data: st.DataObject, status: ResponseStatus) -> None:
+        """The provider's verdict on one response (normal, or refused / cut / failed ...)."""
+        slot = data.draw(st.sampled_from(self.slots))
+        completed = status is ResponseStatus.COMPLETED
+        first = slot.response not in self.responses
+        if first:
+            self.responses[slot.response] = completed
+        elif self.responses[slot.response] and not completed:
+            self.responses[slot.response] = False  # a later voiding verdict still voids
+        else:
+            completed = self.responses[slot.response]
+        for other in self.slots:
+            if other.response != slot.response:
+                continue
+            if completed and other.ended:
+                self._release(other)
+            elif completed or other.fate in ("open", "validated", "proposed"):
+                self._kill(other)  # still open when the response ended, or voided
+        self._feed(slot.call.response_ended(status))
 
     @rule(data=st.data())
     def whole_call(self, data: st.DataObject) -> None:
@@ -285,6 +326,8 @@ class AssemblerMachine(RuleBasedStateMachine):
                 slot.fate = "dead"
             if slot.fate == "proposed" and self.now > slot.proposed_at + 120:
                 slot.fate = "dead"
+            if slot.fate == "validated" and self.now > slot.validated_at + 120:
+                slot.fate = "dead"  # its response never ended: response_timeout
         self.outputs += self.assembler.tick(self.now)
 
     @rule(data=st.data(), right=st.booleans(), actor=st.sampled_from(["alice", "alice", "mallory"]))

@@ -56,15 +56,18 @@ class TestHappyPaths:
         run = Run()
         a, b = Call(call_id="call_a", item_id="i0"), Call(call_id="call_b", item_id="i1")
         run.feed(turn_started())
-        ea, eb = a.stream('{"city": "Oslo"}', 4), b.stream('{"city": "Lima"}', 4)
+        ea = a.stream('{"city": "Oslo"}', 4, complete=False)
+        eb = b.stream('{"city": "Lima"}', 4, complete=False)
         for x, y in zip(ea[:-1], eb[:-1], strict=True):
             run.feed(x, y)
         assert run.dispatches == []
         run.feed(eb[-1], ea[-1])
-        assert [(d.call_id, d.arguments["city"]) for d in run.dispatches] == [
-            ("call_b", "Lima"),
-            ("call_a", "Oslo"),
-        ]
+        assert run.dispatches == []  # both validated; their response has not completed yet
+        run.feed(a.done())
+        assert {d.call_id: d.arguments["city"] for d in run.dispatches} == {
+            "call_b": "Lima",
+            "call_a": "Oslo",
+        }
 
     def test_same_call_id_in_two_responses_are_two_calls(self) -> None:
         run = Run()
@@ -77,13 +80,13 @@ class TestHappyPaths:
         run, call = Run(), Call()
         run.feed(turn_started(), call.start())
         run.feed(call.delta(3, '"}'), call.delta(1, '{"city'), call.delta(2, '": "Rome'))
-        run.feed(call.end(4))
+        run.feed(call.end(4), call.done())
         assert run.dispatches[0].arguments == {"city": "Rome"}
 
     def test_no_argument_call_is_a_valid_empty_object(self) -> None:
         run, call = Run(), Call()
         run.feed(turn_started(actor="root"), call.start("admin_reset", actor="root"))
-        run.feed(call.delta(1, "{}"), call.end(2))
+        run.feed(call.delta(1, "{}"), call.end(2), call.done())
         assert run.dispatches[0].arguments == {}
 
     def test_fragments_before_turn_binding_wait_for_it(self) -> None:
@@ -108,7 +111,7 @@ class TestDuplicatesAndGaps:
         run, call = Run(), Call()
         run.feed(turn_started(), call.start(), call.delta(1, '{"city": '))
         run.feed(call.delta(1, '{"city": '), call.delta(2, '"Bern"}'), call.delta(2, '"Bern"}'))
-        run.feed(call.end(3))
+        run.feed(call.end(3), call.done())
         assert run.dispatches[0].arguments == {"city": "Bern"}
         assert run.ledger("call_0").duplicate_count == 2
 
@@ -218,7 +221,7 @@ class TestMalformedAndInvalid:
     def test_provider_final_arguments_may_be_reserialised(self) -> None:
         run, call = Run(), Call()
         run.feed(turn_started(), call.start(), call.delta(1, WEATHER))
-        run.feed(call.end(2, arguments='{"city":"Paris"}'))
+        run.feed(call.end(2, arguments='{"city":"Paris"}'), call.done())
         assert len(run.dispatches) == 1
 
 
@@ -278,7 +281,7 @@ class TestCancellation:
         run.feed(turn_started("turn-2"), new.start(), new.delta(1, '{"city": '))
         # an old turn's conflicting delta at the same call id and position
         run.feed(old.start(), old.delta(1, '{"evil": '), turn_cancelled("turn-1"))
-        run.feed(new.delta(2, '"Kyiv"}'), new.end(3))
+        run.feed(new.delta(2, '"Kyiv"}'), new.end(3), new.done())
         assert [d.arguments for d in run.dispatches] == [{"city": "Kyiv"}]
 
     def test_reconnection_replay_does_not_dispatch_twice(self) -> None:
@@ -286,7 +289,8 @@ class TestCancellation:
         events = call.stream(WEATHER)
         run.feed(turn_started(), *events, *events)
         assert len(run.dispatches) == 1
-        assert run.assembler.late_events == len(events)
+        # every call event of the replay is late; the repeated response end is not a call event
+        assert run.assembler.late_events == len(events) - 1
 
     def test_reconnection_replay_after_cancel_stays_cancelled(self) -> None:
         run, call = Run(), Call()
@@ -312,9 +316,9 @@ class TestCancellation:
     def test_idle_timeout(self) -> None:
         run, call = Run(), Call()
         events = call.stream(WEATHER)
-        run.feed(turn_started(), *events[:-1])
+        run.feed(turn_started(), *events[:-2])  # everything but call.ended and the response end
         run.tick(100.0 + run.assembler.limits.idle_timeout_seconds + 1)
-        run.feed(events[-1])
+        run.feed(*events[-2:])
         assert run.dispatches == []
         assert run.ledger("call_0").terminal_reason == "idle_timeout"
 
@@ -369,7 +373,7 @@ class TestOperatorCommands:
 
     def test_disable_and_enable_a_tool_by_alias(self) -> None:
         run = Run()
-        first, second = Call(call_id="c1"), Call(call_id="c2")
+        first, second = Call(call_id="c1"), Call(call_id="c2", response_id="resp-2")
         run.feed(turn_started(), *first.stream(WEATHER, tool="getWeather")[:2])
         run.feed(ToolDisabled(tool="get_weather", tenant=None, **op_fields("d1")))  # type: ignore[arg-type]
         run.feed(*first.stream(WEATHER, tool="getWeather")[2:])
@@ -474,7 +478,8 @@ class TestBoundsAndRecords:
         run.feed(turn_started(), *[c.start() for c in calls])
         assert run.ledger("c2").terminal_reason == "buffer_limit"
         assert run.assembler.open_buffers == 2
-        run.feed(*[e for c in calls for e in c.stream(WEATHER)[1:]])
+        run.feed(*[e for c in calls for e in c.stream(WEATHER, complete=False)[1:]])
+        run.feed(calls[0].done())
         assert sorted(d.call_id for d in run.dispatches) == ["c0", "c1"]
         assert run.assembler.open_buffers == 0
 

@@ -43,6 +43,7 @@ def test_restore_keeps_out_of_order_deltas_waiting() -> None:
     drain(assembler, store, [])
     assembler = restored(store)
     out = assembler.handle(call.delta(2, '"Oslo'), 100.0) + assembler.handle(call.end(4), 100.0)
+    out += assembler.handle(call.done(), 100.0)
     assert [o.arguments for o in out if isinstance(o, Dispatch)] == [{"city": "Oslo"}]
 
 
