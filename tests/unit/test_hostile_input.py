@@ -320,6 +320,8 @@ def test_3_an_unsigned_record_cannot_burn_a_signed_stop() -> None:
     assert run.dispatches == []
     assert run.ledger("call_0").terminal_reason == "tenant_stopped"
     assert ("tenant.stopped", "applied", None) in audits(run)
+    # two commands sharing an id keep two audit entries (processor audit merges by audit_id)
+    assert len({a.audit_id for a in run.of(Audit) if a.command_id == "OPS-42"}) == 2
 
 
 def test_3_another_operator_or_tenant_cannot_burn_a_command_id() -> None:
