@@ -862,8 +862,9 @@ class ExecutorClient:
 
     def _new_fence(self) -> FenceState:
         registry = self.registry
-        if registry is None:  # the fence then refuses calls when any other tool is disabled
-            return FenceState(verifier=self._verifier)
+        if registry is None:  # a disabled name it cannot resolve then refuses the tenant's calls
+            known = frozenset(self.handlers.tools())
+            return FenceState(verifier=self._verifier, known_tools=known)
 
         def canonical(name: str) -> str | None:
             resolution = registry.resolve(name)

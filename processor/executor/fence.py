@@ -38,9 +38,10 @@ whatever a worker would have refused had it seen the same control events first:
   append time;
 - tool names are resolved to their declared names with the executor's registry
   (``canonical_tool``), as the worker does; without a registry the fence cannot tell an alias
-  from another tool, so a ``tool.disabled`` naming any other tool of the call's tenant (or every
-  tenant) refuses the call too (``tool_disabled``, detail ``unresolved_alias``): run executors
-  with the tool registry;
+  from another tool, so a ``tool.disabled`` naming, for the call's tenant (or every tenant), any
+  name other than the call's tool and the tools this executor runs (``known_tools``, its
+  handlers' declared names) refuses the call too (``tool_disabled``, detail
+  ``unresolved_alias``): run executors with the tool registry;
 - ``turn.cancelled`` is absorbing; ``turn.started`` binds the actor once (a different actor later
   is ignored, as the Assembler audits ``actor_rebind``);
 - ``call.confirmed`` and ``call.denied`` count only from the turn's bound actor.
@@ -181,11 +182,13 @@ class FenceState:
     ``verifier`` authenticates operator commands (a :class:`processor.ops.signing.Keyring` in
     production). ``canonical_tool`` maps a tool name (maybe an alias) to its declared name, or
     ``None`` for a name the registry does not know; ``None`` itself means the executor has no
-    registry (then a disable of any other tool name refuses the call, see the module docstring).
+    registry (then a disable of a name outside ``known_tools`` refuses every call of its
+    tenant, see the module docstring). ``known_tools``: the declared names this executor runs.
     """
 
     verifier: CommandVerifier
     canonical_tool: Callable[[str], str | None] | None = None
+    known_tools: frozenset[str] = frozenset()
     clock_skew_seconds: float = CLOCK_SKEW_SECONDS
     turns: dict[tuple[str, str], _Turn] = field(default_factory=dict)
     quarantined: dict[tuple[str, str, str], _Flag] = field(default_factory=dict)
@@ -373,9 +376,9 @@ class FenceState:
         flag = self.disabled_tools.get((tenant, tool)) or self.disabled_tools.get((GLOBAL, tool))
         if flag is not None:
             return Refusal(RefusalCode.TOOL_DISABLED, flag.command_id)
-        if self.canonical_tool is None:  # no registry: any other disabled name may be an alias
-            for (slot_tenant, _name), other in self.disabled_tools.items():
-                if slot_tenant in (tenant, GLOBAL):
+        if self.canonical_tool is None:  # no registry: an unknown disabled name may be an alias
+            for (slot_tenant, name), other in self.disabled_tools.items():
+                if slot_tenant in (tenant, GLOBAL) and name not in self.known_tools:
                     return Refusal(RefusalCode.TOOL_DISABLED, other.command_id, "unresolved_alias")
         return None
 

@@ -471,6 +471,14 @@ def test_5_the_fence_refuses_a_tool_disabled_by_alias_without_a_registry() -> No
     fence.apply(signed(ToolDisabled, "d-1", tool="getWeather", tenant="acme"), 100.0)
     refusal = fence.check(_fence_dispatch(tool="get_weather"), 101.0)
     assert refusal is not None and refusal.code is RefusalCode.TOOL_DISABLED
+    # a disabled tool the executor knows by its declared name is not an alias of another one
+    fence = FenceState(verifier=KEYRING, known_tools=frozenset({"get_weather", "book_slot"}))
+    fence.apply(turn_started(), 100.0)
+    fence.apply(signed(ToolDisabled, "d-2", tool="book_slot", tenant="acme"), 100.0)
+    assert fence.check(_fence_dispatch(tool="get_weather"), 101.0) is None
+    fence.apply(signed(ToolDisabled, "d-3", tool="getWeather", tenant="acme"), 100.0)
+    refusal = fence.check(_fence_dispatch(tool="get_weather"), 101.0)
+    assert refusal is not None and refusal.code is RefusalCode.TOOL_DISABLED
     # with the registry, the alias resolves and other tools still run
     names = {"getWeather": "get_weather", "get_weather": "get_weather", "book_slot": "book_slot"}
     fence = FenceState(verifier=KEYRING, canonical_tool=names.get)
