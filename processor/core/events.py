@@ -62,7 +62,9 @@ Tenant = Annotated[str, Field(min_length=1, max_length=256, pattern=TENANT_PATTE
 Id = Annotated[str, Field(min_length=1, max_length=256, pattern=_NO_CONTROL)]
 """Other ids and names (actors, issuers, event ids, digests): no control characters."""
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=_NO_CONTROL)]
-Reason = Annotated[str, Field(max_length=512)]
+Reason = Annotated[str, Field(max_length=512, pattern=r"(?s)^.*$")]
+"""Free text up to 512 characters; the pattern refuses a lone surrogate, which no UTF-8 JSON holds
+(so a command built in-process can always be signed and encoded)."""
 Time = Annotated[float, Field(allow_inf_nan=False)]
 """Epoch seconds: a finite JSON number (integers accepted; booleans, strings, NaN, ±inf not)."""
 

@@ -530,3 +530,9 @@ def test_6_the_call_key_encoding_never_raises() -> None:
         tenant="\ud800", turn_id="t", response_id="r", item_id="i", call_id="c"
     )
     assert decode_key(key.encoded()) == ["\ud800", "t", "r", "i", "c"]
+
+
+def test_6_free_text_with_a_lone_surrogate_is_refused_so_signing_never_raises() -> None:
+    """ctl builds commands from argv (surrogate-escaped on Linux): refuse, do not crash signing."""
+    with pytest.raises(ValueError):
+        TenantStopped(tenant="acme", command_id="c", issued_by="o", issued_at=1.0, reason="\udcff")
