@@ -6,7 +6,12 @@ every rebalance revokes the whole assignment, then assigns the new one.
 ``on_partitions_revoked``
     Takes the processing lock, so a batch being processed finishes its transaction first (its
     commit step is bounded), then cancels the preparations in flight and closes every task's
-    producer. No transaction of ours stays open past revocation.
+    producer. No transaction of ours stays open past revocation. The Assembler of every ready
+    partition whose changes are all committed is kept aside: if the next assignment gives the
+    partition back (the common case: eager rebalancing revokes everything, then returns most of
+    it), its preparation applies only the changelog tail written since (a partition that moved
+    and came back gets the other owner's changes in that tail). Kept Assemblers not given back
+    are dropped when the assignment arrives.
 
 ``on_partitions_assigned``
     Checks co-partitioning (partition p of ``fragments`` and of ``control`` must both be ours;
@@ -72,6 +77,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
         self._jobs: dict[int, asyncio.Task[None]] = {}
         self.seq = 0
         self.assigned_once = False
+        self._kept: dict[int, tuple[Assembler, int]] = {}  # partition → (Assembler, changelog)
 
     # ------------------------------------------------------------------ queries
 
@@ -89,6 +95,11 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         metrics.REBALANCES.labels("revoked").inc()
         async with self.lock:
+            self._kept = {
+                t.partition: (t.assembler, t.changelog_next)
+                for t in self.ready_tasks()
+                if t.clean and t.changelog_next is not None
+            }
             await self.close_all()
         partitions = sorted({tp.partition for tp in revoked})
         log.info("partitions revoked", extra=fields(partitions=partitions))
@@ -112,8 +123,10 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
             return
         async with self.lock:  # revocation already closed every task; be safe anyway
             await self.close_all()
+            kept, self._kept = self._kept, {}
             for p in sorted(fragments):
                 task = PartitionTask(p, self.settings, self._new_assembler)
+                task.warm = kept.get(p)
                 self.tasks[p] = task
                 self._pause(task)
                 self._jobs[p] = asyncio.create_task(self._prepare(task, delay=0.0))
@@ -192,6 +205,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                 extra=fields(
                     partition=task.partition,
                     restored_records=result.records,
+                    restore=task.restore_kind,
                     changelog_end_offset=result.end_offset,
                     restore_seconds=round(result.seconds, 4),
                     prepare_seconds=round(time.monotonic() - started, 4),

@@ -8,7 +8,11 @@ and partition p of the state changelog. Its life:
     2. start a transactional producer with ``transactional.id = f"{application_id}-{p}"``: its
        InitProducerId fences every older producer of that id (a previous owner, a zombie, or
        our own producer that timed out) and aborts its open transaction;
-    3. restore a fresh Assembler from changelog partition p (:mod:`processor.runtime.restore`);
+    3. restore a fresh Assembler from changelog partition p (:mod:`processor.runtime.restore`),
+       or, when this worker owned p until the rebalance that gives it back (aiokafka revokes
+       everything on every rebalance), keep the Assembler it had and apply only the changelog
+       tail written since its own last committed transaction (``warm``). Only an Assembler
+       whose every change is committed is kept; anything else is restored in full;
     4. read the group's committed offsets for both input partitions (after the fence, so they
        are final) and seek the consumer there; ``expected`` holds these next offsets.
 
@@ -74,7 +78,7 @@ from processor.observability.logging import fields
 from processor.runtime import transaction
 from processor.runtime.codec import encode_change, encode_output, output_role, traceparent_of
 from processor.runtime.partitioner import misrouted
-from processor.runtime.restore import RestoreResult, restore_partition
+from processor.runtime.restore import RestoreGap, RestoreResult, restore_partition
 from processor.runtime.transaction import CommitPlan
 from processor.settings import Settings
 
@@ -127,6 +131,12 @@ class PartitionTask:
         self.ready_seq = 0  # the manager's sequence number when this task last became ready
         self.last_tick = 0.0
         self.input_partitions = 0  # partition count of the inputs, known once prepared
+        # changelog offset after everything this task's Assembler reflects (None: unknown), and
+        # whether the Assembler holds no change that is not committed (it may then be kept)
+        self.changelog_next: int | None = None
+        self.clean = False
+        self.warm: tuple[Assembler, int] | None = None  # (Assembler, changelog_next) to keep
+        self.restore_kind = "full"
         self._traces: OrderedDict[str, str] = OrderedDict()
 
     @property
@@ -154,11 +164,33 @@ class PartitionTask:
                 await asyncio.wait_for(producer.stop(), 5)
             raise
         self.producer = producer
-        assembler = self._new_assembler()
-        result = await restore_partition(
-            assembler, self.topics.changelog, self.partition, s, timeout=s.restore_timeout_seconds
-        )
+        warm, self.warm = self.warm, None  # one try: a retry restores in full
+        self.clean = False
+        result: RestoreResult | None = None
+        if warm is not None:
+            assembler, start = warm
+            with contextlib.suppress(RestoreGap):
+                result = await restore_partition(
+                    assembler,
+                    self.topics.changelog,
+                    self.partition,
+                    s,
+                    timeout=s.restore_timeout_seconds,
+                    start=start,
+                )
+                self.restore_kind = "tail"
+        if result is None:
+            assembler = self._new_assembler()
+            result = await restore_partition(
+                assembler,
+                self.topics.changelog,
+                self.partition,
+                s,
+                timeout=s.restore_timeout_seconds,
+            )
+            self.restore_kind = "full"
         self.assembler = assembler
+        self.changelog_next = result.end_offset
         self.input_partitions = len(consumer.partitions_for_topic(self.topics.fragments) or ())
         for tp in self.tps:
             committed = await consumer.committed(tp)
@@ -169,6 +201,7 @@ class PartitionTask:
             self.expected[tp] = await consumer.position(tp)
         self._traces.clear()
         self.last_tick = 0.0
+        self.clean = True
         return result
 
     async def close_producer(self) -> None:
@@ -201,6 +234,7 @@ class PartitionTask:
         caught up: expiry must never overtake a backlog that may hold the awaited event.
         """
         step = Step()
+        self.clean = False  # until this step is committed (or turns out empty)
         merged: Iterable[ConsumerRecord] = heapq.merge(
             records.get("control", ()),
             records.get("fragments", ()),
@@ -231,6 +265,7 @@ class PartitionTask:
                 self._emit(step, out, None, None)
         for change in self.assembler.drain_changes():
             step.plan.changelog.append(encode_change(change, self.topics.changelog, self.partition))
+        self.clean = step.plan.empty
         return step
 
     def _handle(
@@ -326,8 +361,11 @@ class PartitionTask:
         """Commit the step's plan in one transaction; advance ``expected`` on success."""
         if self.producer is None:
             raise transaction.TransactionFailed("error", "no producer (partition not prepared)")
-        seconds = await transaction.commit(
+        committed = await transaction.commit(
             self.producer, step.plan, group_id=self.settings.group_id, timeout=timeout
         )
         self.expected.update(step.plan.offsets)
-        return seconds
+        if committed.changelog_next is not None:
+            self.changelog_next = committed.changelog_next
+        self.clean = True
+        return committed.seconds

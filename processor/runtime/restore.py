@@ -39,6 +39,10 @@ class RestoreResult:
     seconds: float
 
 
+class RestoreGap(Exception):
+    """A tail restore cannot start where asked: restore the partition in full instead."""
+
+
 async def restore_partition(
     assembler: Assembler,
     changelog: str,
@@ -46,8 +50,14 @@ async def restore_partition(
     settings: Settings,
     *,
     timeout: float,
+    start: int | None = None,
 ) -> RestoreResult:
-    """Apply changelog partition ``partition`` to ``assembler``; TimeoutError after ``timeout``."""
+    """Apply changelog partition ``partition`` to ``assembler``; TimeoutError after ``timeout``.
+
+    ``start``: apply only the tail from that offset (``assembler`` already reflects everything
+    before it). When the log no longer holds ``start`` (retention), ``RestoreGap`` is raised and
+    the caller restores in full.
+    """
     started = time.monotonic()
     tp = TopicPartition(changelog, partition)
     consumer = committed_reader(settings, max_partition_fetch_bytes=16 * 1024 * 1024)
@@ -67,7 +77,13 @@ async def restore_partition(
             await consumer.start()
             consumer.assign([tp])
             end = (await consumer.end_offsets([tp]))[tp]
-            await consumer.seek_to_beginning(tp)
+            if start is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                first = (await consumer.beginning_offsets([tp]))[tp]
+                if start < first or start > end:
+                    raise RestoreGap(f"changelog holds [{first}, {end}), not {start}")
+                consumer.seek(tp, start)
             await read_to_end(consumer, tp, end, apply, deadline=math.inf, max_records=5000)
     finally:
         with contextlib.suppress(Exception):

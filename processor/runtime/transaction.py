@@ -61,10 +61,18 @@ class CommitPlan:
         return not (self.outputs or self.changelog or self.offsets)
 
 
+@dataclass(frozen=True)
+class Committed:
+    """A committed transaction: how long it took and where its changelog records ended."""
+
+    seconds: float
+    changelog_next: int | None  # offset after the last changelog record written (None: none)
+
+
 async def commit(
     producer: AIOKafkaProducer, plan: CommitPlan, *, group_id: str, timeout: float
-) -> float:
-    """Run the numbered commit step; return its duration in seconds, or raise TransactionFailed."""
+) -> Committed:
+    """Run the numbered commit step and return what it committed, or raise TransactionFailed."""
     started = time.monotonic()
     began = False
     try:
@@ -72,8 +80,8 @@ async def commit(
             await producer.begin_transaction()  # 1
             began = True
             futures = await _send_all(producer, plan.outputs)  # 2
-            futures += await _send_all(producer, plan.changelog)  # 3
-            await asyncio.gather(*futures)  # 4
+            changes = await _send_all(producer, plan.changelog)  # 3
+            delivered = await asyncio.gather(*futures, *changes)  # 4
             if plan.offsets:  # 5
                 await producer.send_offsets_to_transaction(
                     {tp: OffsetAndMetadata(offset, "") for tp, offset in plan.offsets.items()},
@@ -87,7 +95,8 @@ async def commit(
         if isinstance(exc, asyncio.CancelledError):
             raise
         raise failure from exc
-    return time.monotonic() - started
+    changelog_next = max(m.offset for m in delivered[len(futures) :]) + 1 if changes else None
+    return Committed(time.monotonic() - started, changelog_next)
 
 
 async def _send_all(producer: AIOKafkaProducer, records: Sequence[Outbound]) -> list[Any]:
