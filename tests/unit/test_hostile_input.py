@@ -461,6 +461,9 @@ def test_5_the_worker_dead_letters_a_future_record() -> None:
     payload = orjson.dumps({**orjson.loads(encode(Call(ts=NOW + 3600).start()))})
     [dead] = assembler.handle_record(payload, SOURCE, NOW)
     assert isinstance(dead, DeadLetter) and dead.reason == "future_time"
+    # a producer's own record timestamp (CreateTime on fragments) does not vouch for it
+    [dead] = assembler.handle_record(payload, SOURCE, NOW, record_time=NOW + 3600)
+    assert isinstance(dead, DeadLetter) and dead.reason == "future_time"
     skewed = orjson.dumps({**orjson.loads(encode(Call(ts=NOW + 30).start()))})
     assert not any(isinstance(o, DeadLetter) for o in assembler.handle_record(skewed, SOURCE, NOW))
 
