@@ -539,3 +539,17 @@ def test_6_free_text_with_a_lone_surrogate_is_refused_so_signing_never_raises() 
     """ctl builds commands from argv (surrogate-escaped on Linux): refuse, do not crash signing."""
     with pytest.raises(ValueError):
         TenantStopped(tenant="acme", command_id="c", issued_by="o", issued_at=1.0, reason="\udcff")
+
+
+def test_2_ctl_refuses_an_id_outside_the_alphabet_with_a_clear_error() -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "ctl", "start-turn", "--tenant", "a/b",
+         "--turn", "t1", "--actor", "alice", "--bootstrap-servers", "127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "invalid command: tenant: string_pattern_mismatch" in result.stderr
+    assert "Traceback" not in result.stderr
