@@ -200,6 +200,13 @@ def test_2_an_adapter_fails_closed_on_an_id_outside_the_alphabet() -> None:
         adapter.feed(chunk)
 
 
+@pytest.mark.parametrize("tenant", ["a/b", "", "a\x1fb", "ünï"])
+def test_2_a_turn_context_outside_the_alphabet_fails_before_any_event(tenant: str) -> None:
+    with pytest.raises(AdapterError) as caught:
+        TurnContext(tenant=tenant, turn_id="t1", actor="alice")
+    assert caught.value.reason == "bad_context"
+
+
 @pytest.mark.parametrize("hostile", HOSTILE_VALID_IDS)
 def test_2_the_changelog_round_trips_hostile_ids_in_every_key_part(hostile: str) -> None:
     tenant = hostile.replace("/", "|")
