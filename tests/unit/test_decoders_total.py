@@ -251,3 +251,29 @@ def test_valid_samples_still_decode() -> None:
         decode_input(orjson.dumps(record), now=NOW)
     decode_dispatch(orjson.dumps(_dispatch_sample()))
     decode_entry(orjson.dumps(_entry_sample()))
+
+
+HOSTILE_VALUES: list[Any] = [
+    None, True, False, 0, -1, 2**63 - 1, -(2**63), 1.5, 1e308, -1e308, "", "nan", "inf", "a\x1fb",
+    "x" * 600, [], [1, [2]], {}, {"a": None}, "call.delta", "1",
+]  # fmt: skip
+
+
+def test_every_hostile_value_in_every_field_of_every_record_type() -> None:
+    """Exhaustive over (record type, field, value): the property tests above sample; this does not."""
+    assembler, fence = Assembler(registry()), FenceState(verifier=KEYRING)
+    source = RecordSource("control", 0, 1)
+    for sample in SAMPLES:
+        for field in [*sample, "extra"]:
+            for value in HOSTILE_VALUES:
+                payload = orjson.dumps({**sample, field: value})
+                with contextlib.suppress(RecordRejected):
+                    encode(decode_input(payload, now=NOW))
+                for output in assembler.handle_record(payload, source, NOW):
+                    encode(output)
+                assert isinstance(fence.apply_record(payload, NOW), ApplyOutcome)
+                TASK._misplaced(payload, "control")
+            without = {k: v for k, v in sample.items() if k != field}
+            with contextlib.suppress(RecordRejected):
+                decode_input(orjson.dumps(without))
+    assembler.drain_changes()
