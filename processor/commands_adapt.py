@@ -146,7 +146,13 @@ def _turn_started(ctx: TurnContext, now: float) -> TurnStarted:
 
 
 def _adapt_command(args: argparse.Namespace) -> int:
-    ctx = TurnContext(tenant=args.tenant, turn_id=args.turn, actor=args.actor, session=args.session)
+    try:
+        ctx = TurnContext(
+            tenant=args.tenant, turn_id=args.turn, actor=args.actor, session=args.session
+        )
+    except AdapterError as exc:
+        print(f"processor adapt: {exc}", file=sys.stderr)
+        return 2
     if args.emit_turn_started and args.publish:
         print(
             "processor adapt: --emit-turn-started is for offline use; the gateway (or "

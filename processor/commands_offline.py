@@ -9,6 +9,7 @@ themselves (``ts`` or ``issued_at``, never decreasing), so the same input gives 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -123,7 +124,11 @@ def _record_time(line: bytes) -> float:
     for field in ("ts", "issued_at"):
         value = data.get(field)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                when = float(value)
+            except OverflowError:
+                return 0.0
+            return when if math.isfinite(when) else 0.0  # never let a record stop the clock
     return 0.0
 
 

@@ -59,6 +59,7 @@ class LimitsSettings(BaseModel):
     max_open_buffers_per_tenant: int = Field(default=Limits.max_open_buffers_per_tenant, gt=0)
     retention_seconds: float = Field(default=Limits.retention_seconds, gt=0)
     binding_wait_seconds: float = Field(default=Limits.binding_wait_seconds, gt=0)
+    max_clock_skew_seconds: float = Field(default=Limits.max_clock_skew_seconds, ge=0)
     response_wait_seconds: float = Field(default=Limits.response_wait_seconds, gt=0)
 
     def to_limits(self) -> Limits:

@@ -38,6 +38,7 @@ from processor.core.events import (
     FragmentEvent,
     ResponseEnded,
     ResponseStatus,
+    TurnStarted,
     describe_validation_error,
     stable_id,
 )
@@ -62,6 +63,22 @@ class TurnContext:
     turn_id: str
     actor: str
     session: str | None = None
+
+    def __post_init__(self) -> None:
+        """Ids outside the wire contract's alphabet fail here, before any event is built."""
+        try:
+            TurnStarted(
+                command_id="context",
+                issued_by="adapter",
+                issued_at=0.0,
+                tenant=self.tenant,
+                turn_id=self.turn_id,
+                actor=self.actor,
+                session=self.session,
+            )
+        except ValidationError as exc:
+            detail = f"turn context: {describe_validation_error(exc)}"
+            raise AdapterError("bad_context", detail) from None
 
 
 @dataclass

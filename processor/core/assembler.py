@@ -48,10 +48,18 @@ from processor.core import outputs
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.buffer import CallBuffer, DeltaOutcome
 from processor.core.control import (
+    Command,
     ControlState,
     Flag,
+    Verdict,
     cancel_reason,
+    command_state_key,
+    decode_state_value,
+    encode_state_value,
+    judge_command,
     response_state_key,
+    tenant_state_key,
+    tool_slot,
     tool_state_key,
     turn_state_key,
 )
@@ -79,6 +87,9 @@ from processor.core.events import (
     TurnStarted,
     UserState,
     decode_input,
+    decode_key,
+    encode_key,
+    event_time,
     stable_id,
 )
 from processor.core.outputs import RecordSource
@@ -166,11 +177,11 @@ class Assembler:
         fragment record, the control position that must be applied before what it completes may
         act (see the module docstring).
         """
-        try:
-            event = decode_input(payload)
+        try:  # dated by the worker's own clock: a producer's record timestamp may lie
+            event = decode_input(payload, now=now, clock_skew=self.limits.max_clock_skew_seconds)
         except RecordRejected as exc:
             return [self.dead_letter(payload, source, exc.reason, exc.detail, now)]
-        if _event_time(event) < now - self.limits.retention_seconds:
+        if event_time(event) < now - self.limits.retention_seconds:
             detail = "older than the retention window; its state may have been forgotten"
             return [self.dead_letter(payload, source, "stale_event", detail, now)]
         return self.handle(event, now, record_time=record_time, barrier=barrier)
@@ -353,6 +364,7 @@ class Assembler:
     def _apply_start(self, buf: CallBuffer, event: CallStarted) -> None:
         if buf.tool is None:
             buf.tool, buf.actor = event.tool, event.actor
+            self._check_tool_bounds(buf)  # deltas may have arrived first, under partition limits
         elif (buf.tool, buf.actor) != (event.tool, event.actor):
             raise DuplicateConflict(detail="call.started repeated with a different tool or actor")
         if buf.state is CallState.ABSENT or buf.state is CallState.COLLECTING:
@@ -391,6 +403,7 @@ class Assembler:
             return  # the same terminal redelivered
         if buf.tool is None:
             raise SequenceGap(detail="terminal event without call.started")
+        self._check_tool_bounds(buf)  # every per-tool bound holds at the terminal, in any order
         text = buf.finish(event.seq, self.limits.max_depth)
         buf.terminal_event_id = event.terminal_event_id
         buf.provider_arguments = event.arguments
@@ -398,6 +411,13 @@ class Assembler:
         buf.parse_result = "complete"
         self._touch(buf)
         self._try_validate(buf, text, now, out)
+
+    def _check_tool_bounds(self, buf: CallBuffer) -> None:
+        declaration = self._declaration(buf)
+        buf.check_bounds(
+            max_bytes=self.limits.call_bytes(declaration),
+            max_deltas=self.limits.call_deltas(declaration),
+        )
 
     def _on_response_ended(
         self, event: ResponseEnded, now: float, barrier: int | None, out: list[OutputRecord]
@@ -554,7 +574,8 @@ class Assembler:
                 self._try_validate(buf, None, now, out)
 
     def _on_turn_cancelled(self, event: TurnCancelled, now: float, out: list[OutputRecord]) -> None:
-        if self._replayed(event, now, out):
+        outcome = self._admit(event, now, out)
+        if outcome is None:
             return
         reason = cancel_reason(event.reason)
         turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
@@ -562,12 +583,12 @@ class Assembler:
             turn.cancelled = reason.value
             self._mark(turn_state_key(event.tenant, event.turn_id))
         affected = self._stop(self._turn_calls(event.tenant, event.turn_id), reason, now, out)
-        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, affected, now))
+        out.append(outputs.audit(event, outcome, None, affected, now))
 
     def _on_confirmed(
         self, event: CallConfirmed, now: float, written: float, out: list[OutputRecord]
     ) -> None:
-        if self._replayed(event, now, out):
+        if self._admit(event, now, out) is None:
             return
         buf = self.calls.get(event.key)
         problem = self._confirmation_problem(buf, event.actor, written)
@@ -584,14 +605,15 @@ class Assembler:
     def _on_denied(
         self, event: CallDenied, now: float, written: float, out: list[OutputRecord]
     ) -> None:
-        if self._replayed(event, now, out):
+        outcome = self._admit(event, now, out)
+        if outcome is None:
             return
         buf = self.calls.get(event.key)
         problem = self._confirmation_problem(buf, event.actor, written)
         if problem is not None or buf is None:
             out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
             return
-        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
+        out.append(outputs.audit(event, outcome, None, [buf.key], now))
         self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
 
     def _confirmation_problem(
@@ -615,7 +637,8 @@ class Assembler:
         if rejection is not None:
             out.append(outputs.audit(event, AuditOutcome.REJECTED, rejection, [], now))
             return
-        if self._replayed(event, now, out):
+        outcome = self._admit(event, now, out)
+        if outcome is None:
             return
         affected: list[CallKey] = []
         flag = Flag(command_id=event.command_id, reason=event.reason, set_at=now)
@@ -632,7 +655,7 @@ class Assembler:
                 )
             case ToolDisabled():
                 tool = self._canonical_tool(event.tool)
-                self.control.disabled_tools[(event.tenant or "*", tool)] = flag
+                self.control.disabled_tools[(tool_slot(event.tenant), tool)] = flag
                 self._mark(tool_state_key(event.tenant, tool))
                 affected = self._stop(
                     [
@@ -647,11 +670,11 @@ class Assembler:
                 )
             case ToolEnabled():
                 tool = self._canonical_tool(event.tool)
-                self.control.disabled_tools.pop((event.tenant or "*", tool), None)
+                self.control.disabled_tools.pop((tool_slot(event.tenant), tool), None)
                 self._mark(tool_state_key(event.tenant, tool))
             case TenantStopped():
                 self.control.stopped_tenants[event.tenant] = flag
-                self._mark("tenant:" + event.tenant)
+                self._mark(tenant_state_key(event.tenant))
                 affected = self._stop(
                     [b for b in self._active.values() if b.key.tenant == event.tenant],
                     TerminalReason.TENANT_STOPPED,
@@ -660,26 +683,27 @@ class Assembler:
                 )
             case TenantResumed():
                 self.control.stopped_tenants.pop(event.tenant, None)
-                self._mark("tenant:" + event.tenant)
-        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, affected, now))
+                self._mark(tenant_state_key(event.tenant))
+        out.append(outputs.audit(event, outcome, None, affected, now))
 
     def _canonical_tool(self, name: str) -> str:
         resolution = self.registry.resolve(name)
         return resolution.declaration.name if resolution else name
 
-    def _replayed(
-        self,
-        event: TurnCancelled | CallConfirmed | CallDenied | OperatorCommand,
-        now: float,
-        out: list[OutputRecord],
-    ) -> bool:
-        """Remember the command id; a second sight of it is a replay, audited and ignored."""
-        if event.command_id in self.control.seen_commands:
+    def _admit(self, event: Command, now: float, out: list[OutputRecord]) -> AuditOutcome | None:
+        """Replay protection (``control.judge_command``): the outcome to audit once the command
+        is applied, or None when it must not be (audited here: ``duplicate`` or ``replayed``)."""
+        verdict, scope = judge_command(self.control.seen_commands, event, now)
+        if verdict is Verdict.NEW:
+            self._mark(command_state_key(scope))
+            return AuditOutcome.APPLIED
+        if verdict is Verdict.CONFLICT:
+            return AuditOutcome.CONFLICT
+        if verdict is Verdict.DUPLICATE:
+            out.append(outputs.audit(event, AuditOutcome.DUPLICATE, None, [], now))
+        else:
             out.append(outputs.audit(event, AuditOutcome.REJECTED, "replayed", [], now))
-            return True
-        self.control.seen_commands[event.command_id] = now
-        self._mark("cmd:" + event.command_id)
-        return False
+        return None
 
     def _stop(
         self,
@@ -770,10 +794,10 @@ class Assembler:
             if response.last_seen < horizon:
                 del control.responses[rk]
                 self._mark(response_state_key(*rk))
-        for command_id, seen_at in list(control.seen_commands.items()):
-            if seen_at < horizon:
-                del control.seen_commands[command_id]
-                self._mark("cmd:" + command_id)
+        for scope, seen in list(control.seen_commands.items()):
+            if seen.at < horizon:
+                del control.seen_commands[scope]
+                self._mark(command_state_key(scope))
 
     # ================================================================== outputs
 
@@ -788,7 +812,8 @@ class Assembler:
         changes = []
         for key in sorted(self._dirty):
             value = self._snapshot_entry(key)
-            changes.append(StateChange(key, orjson.dumps(value) if value is not None else None))
+            encoded = encode_state_value(value) if value is not None else None
+            changes.append(StateChange(key, encoded))
         self._dirty.clear()
         return changes
 
@@ -804,7 +829,7 @@ class Assembler:
 
     def restore(self, key: str, value: bytes | None) -> None:
         """Apply one changelog record (the last one per key wins, as in a compacted topic)."""
-        data = orjson.loads(value) if value is not None else None
+        data = decode_state_value(value) if value is not None else None
         if key.startswith("text:"):
             call_key, position = _parse_text_key(key)
             owner = self.calls.get(call_key)
@@ -839,17 +864,17 @@ class Assembler:
 
 
 def _text_key(key: CallKey, position: int) -> str:
-    return "text:" + orjson.dumps([*key.as_tuple, position]).decode()
+    return "text:" + encode_key((*key.as_tuple, position))
 
 
 def _parse_text_key(key: str) -> tuple[CallKey, int]:
-    t, u, r, i, c, position = orjson.loads(key[5:])
-    return CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c), int(position)
+    t, u, r, i, c, position = decode_key(key[5:])
+    return _restored_key(t, u, r, i, c), int(position)
 
 
 def _call_key(encoded: str) -> CallKey:
-    t, u, r, i, c = orjson.loads(encoded)
-    return CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c)
+    t, u, r, i, c = decode_key(encoded)
+    return _restored_key(t, u, r, i, c)
 
 
 _VALIDATED_STATES = frozenset({CallState.AWAITING_RESPONSE, CallState.VALIDATED})
@@ -862,10 +887,9 @@ def _later(a: int | None, b: int | None) -> int | None:
     return a if b is None else max(a, b)
 
 
-def _event_time(event: InputEvent) -> float:
-    if isinstance(event, CallStarted | CallDelta | CallEnded | ResponseEnded):
-        return event.ts
-    return event.issued_at
+def _restored_key(t: str, u: str, r: str, i: str, c: str) -> CallKey:
+    """A call key read back from the changelog: it was validated when first seen."""
+    return CallKey.model_construct(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c)
 
 
 _ERROR_REASON = {

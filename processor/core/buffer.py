@@ -107,7 +107,10 @@ class CallBuffer:
                 raise DuplicateConflict(detail=f"position {seq} arrived twice with different text")
             self.duplicate_count += 1
             return DeltaOutcome.DUPLICATE
-        size = len(text.encode("utf-8", "surrogatepass"))
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate: no JSON text can hold it (RFC 8259 §8.1)
+            raise MalformedJson(detail=f"position {seq} holds a lone surrogate") from None
         if self.byte_count + size > max_bytes:
             raise LimitExceeded("size_limit", f"arguments exceed {max_bytes} bytes")
         if self.fragment_count + 1 > max_deltas:
@@ -120,6 +123,18 @@ class CallBuffer:
         self.texts[seq] = text
         self._advance(depth)
         return DeltaOutcome.ACCEPTED
+
+    def check_bounds(self, *, max_bytes: int, max_deltas: int) -> None:
+        """Raise LimitExceeded when what the buffer already holds exceeds these bounds.
+
+        Deltas may arrive before ``call.started`` names the tool (positions are reassembled);
+        until then they are held to the partition-wide limits. The Assembler calls this when the
+        tool becomes known and again at the terminal, so a tool's own limits hold in any order.
+        """
+        if self.byte_count > max_bytes:
+            raise LimitExceeded("size_limit", f"arguments exceed {max_bytes} bytes")
+        if self.fragment_count > max_deltas:
+            raise LimitExceeded("size_limit", f"more than {max_deltas} deltas")
 
     def _advance(self, depth: int) -> None:
         """Scan every position that has become contiguous (rebuilding the scanner if needed)."""
@@ -176,7 +191,9 @@ class CallBuffer:
     @classmethod
     def from_snapshot(cls, data: dict[str, Any]) -> CallBuffer:
         t, u, r, i, c = data["key"]
-        buf = cls(key=CallKey(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c))
+        # validated when the call was first seen; the changelog gives it back as it was
+        key = CallKey.model_construct(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c)
+        buf = cls(key=key)
         buf.state = CallState(data["state"])
         for name in cls._FACTS:
             setattr(buf, name, data.get(name))

@@ -5,14 +5,137 @@ quarantined or ended response refuses its late events, a disabled tool or a stop
 new calls until enabled or resumed, and every command id is remembered so a replayed command is
 refused. Everything here is plain data with a snapshot form for the state changelog; the
 Assembler decides what to do with it.
+
+**Command ids.** A command id is remembered in its *scope*: the command's type, its signer (the
+operator key id of a signed command, ``unsigned`` otherwise), its tenant and its target (turn,
+response, call key or tool) and the id itself (:func:`command_scope`). An unsigned record, another
+operator's key, another tenant or another target can therefore never consume the id of a signed
+command. Within a scope the rule depends on what the command does (:data:`COMMAND_CLASS`):
+
+- commands that only make things safer (``turn.cancelled``, ``call.denied``,
+  ``response.quarantined``, ``tool.disabled``, ``tenant.stopped``) are never dropped as replays:
+  an identical repeat (same id, same content) is a no-op audited ``duplicate``; the same id with a
+  different content is audited ``conflict`` and the command is applied all the same;
+- commands that grant (``call.confirmed``, ``tool.enabled``, ``tenant.resumed``) are strictly
+  deduplicated: a second sight of the id in its scope is ``replayed`` and not applied.
+
+The executor's fence (``processor.executor.fence``) applies the same rule through
+:func:`judge_command`. Seen ids are forgotten after the retention window, like every inert fact.
+
+**State keys** are ``kind:`` followed by :func:`~processor.core.events.encode_key` of the parts,
+injective for any strings (a separator, quotes, U+001F or a lone surrogate inside an id cannot
+make two keys meet or a key unreadable), so ``restore`` reads back exactly what was written.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, Final
 
+import orjson
+
+from processor.core.events import (
+    OPERATOR_TYPES,
+    CallConfirmed,
+    CallDenied,
+    OperatorCommand,
+    ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+    TurnCancelled,
+    decode_key,
+    encode,
+    encode_key,
+)
 from processor.core.states import TerminalReason
+
+Command = TurnCancelled | CallConfirmed | CallDenied | OperatorCommand
+"""Every control record that carries a replay-protected ``command_id``."""
+
+
+class CommandClass(StrEnum):
+    SAFETY = "safety"  # only makes things safer: never dropped as a replay
+    GRANT = "grant"  # grants or restores something: strictly deduplicated
+
+
+COMMAND_CLASS: Final[dict[str, CommandClass]] = {
+    "turn.cancelled": CommandClass.SAFETY,
+    "call.denied": CommandClass.SAFETY,
+    "response.quarantined": CommandClass.SAFETY,
+    "tool.disabled": CommandClass.SAFETY,
+    "tenant.stopped": CommandClass.SAFETY,
+    "call.confirmed": CommandClass.GRANT,
+    "tool.enabled": CommandClass.GRANT,
+    "tenant.resumed": CommandClass.GRANT,
+}
+
+
+class Verdict(StrEnum):
+    """What replay protection says of one command (see the module docstring)."""
+
+    NEW = "new"  # apply
+    CONFLICT = "conflict"  # a safety command whose id was used by another one: apply, audit
+    DUPLICATE = "duplicate"  # a safety command repeated identically: no-op
+    REPLAYED = "replayed"  # a granting command seen before: refuse
+
+    @property
+    def applies(self) -> bool:
+        return self in (Verdict.NEW, Verdict.CONFLICT)
+
+
+UNSIGNED: Final = "unsigned"
+
+
+@dataclass
+class SeenCommand:
+    """A remembered command id: when it was first seen and its content digest."""
+
+    at: float
+    digest: str
+
+
+def command_scope(event: Command) -> str:
+    """The encoded scope a command id is remembered in: (type, signer, tenant, target…, id)."""
+    signer = UNSIGNED
+    target: tuple[str | None, ...]
+    match event:
+        case TurnCancelled():
+            target = (event.tenant, event.turn_id)
+        case CallConfirmed() | CallDenied():
+            target = event.key.as_tuple
+        case ResponseQuarantined():
+            target = (event.tenant, event.turn_id, event.response_id)
+        case ToolDisabled() | ToolEnabled():
+            target = (event.tenant, event.tool)
+        case TenantStopped() | TenantResumed():
+            target = (event.tenant,)
+    if isinstance(event, OPERATOR_TYPES):
+        signer = event.key_id or UNSIGNED
+    return encode_key((event.type, signer, *target, event.command_id))
+
+
+def command_digest(event: Command) -> str:
+    """The content of a command, as a digest (two copies of one command share it)."""
+    return hashlib.sha256(encode(event)).hexdigest()[:32]
+
+
+def judge_command(seen: dict[str, SeenCommand], event: Command, now: float) -> tuple[Verdict, str]:
+    """Replay protection for one command: its verdict and its scope (remembered when new)."""
+    scope = command_scope(event)
+    known = seen.get(scope)
+    if known is None:
+        seen[scope] = SeenCommand(at=now, digest=command_digest(event))
+        return Verdict.NEW, scope
+    if COMMAND_CLASS[event.type] is CommandClass.GRANT:
+        return Verdict.REPLAYED, scope
+    if known.digest == command_digest(event):
+        return Verdict.DUPLICATE, scope
+    return Verdict.CONFLICT, scope
 
 
 @dataclass
@@ -67,7 +190,7 @@ class ControlState:
         self.responses: dict[tuple[str, str, str], ResponseRecord] = {}
         self.disabled_tools: dict[tuple[str, str], Flag] = {}  # (tenant or "*", tool)
         self.stopped_tenants: dict[str, Flag] = {}
-        self.seen_commands: dict[str, float] = {}
+        self.seen_commands: dict[str, SeenCommand] = {}  # by command_scope()
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -117,58 +240,86 @@ class ControlState:
         """The changelog value of one state key (``None`` = deleted)."""
         kind, _, rest = key.partition(":")
         if kind == "turn":
-            tenant, _, turn_id = rest.partition("\x1f")
+            tenant, turn_id = decode_key(rest)
             turn = self.turns.get((tenant, turn_id))
             return asdict(turn) if turn else None
         if kind == "resp":
-            t, u, r = _split3(rest)
+            t, u, r = decode_key(rest)
             response = self.responses.get((t, u, r))
             return asdict(response) if response else None
         if kind == "tool":
-            tenant, _, tool = rest.partition("\x1f")
+            tenant, tool = decode_key(rest)
             flag = self.disabled_tools.get((tenant, tool))
             return asdict(flag) if flag else None
         if kind == "tenant":
-            flag = self.stopped_tenants.get(rest)
+            [tenant] = decode_key(rest)
+            flag = self.stopped_tenants.get(tenant)
             return asdict(flag) if flag else None
         if kind == "cmd":
             seen = self.seen_commands.get(rest)
-            return {"at": seen} if seen is not None else None
+            return asdict(seen) if seen is not None else None
         raise KeyError(key)
 
     def restore_entry(self, key: str, value: dict[str, Any] | None) -> None:
         kind, _, rest = key.partition(":")
         if kind == "turn":
-            tenant, _, turn_id = rest.partition("\x1f")
+            tenant, turn_id = decode_key(rest)
             _put(self.turns, (tenant, turn_id), TurnRecord(**value) if value else None)
         elif kind == "resp":
-            _put(self.responses, _split3(rest), ResponseRecord(**value) if value else None)
+            t, u, r = decode_key(rest)
+            _put(self.responses, (t, u, r), ResponseRecord(**value) if value else None)
         elif kind == "tool":
-            tenant, _, tool = rest.partition("\x1f")
+            tenant, tool = decode_key(rest)
             _put(self.disabled_tools, (tenant, tool), Flag(**value) if value else None)
         elif kind == "tenant":
-            _put(self.stopped_tenants, rest, Flag(**value) if value else None)
+            [tenant] = decode_key(rest)
+            _put(self.stopped_tenants, tenant, Flag(**value) if value else None)
         elif kind == "cmd":
-            _put(self.seen_commands, rest, float(value["at"]) if value else None)
+            _put(self.seen_commands, rest, SeenCommand(**value) if value else None)
         else:
             raise KeyError(key)
 
 
 def turn_state_key(tenant: str, turn_id: str) -> str:
-    return "turn:" + tenant + "\x1f" + turn_id
+    return "turn:" + encode_key((tenant, turn_id))
 
 
 def response_state_key(tenant: str, turn_id: str, response_id: str) -> str:
-    return "resp:" + "\x1f".join((tenant, turn_id, response_id))
+    return "resp:" + encode_key((tenant, turn_id, response_id))
 
 
 def tool_state_key(tenant: str | None, tool: str) -> str:
-    return "tool:" + (tenant or "*") + "\x1f" + tool
+    return "tool:" + encode_key((tool_slot(tenant), tool))
 
 
-def _split3(rest: str) -> tuple[str, str, str]:
-    a, b, c = rest.split("\x1f")
-    return a, b, c
+def tool_slot(tenant: str | None) -> str:
+    """The tenant slot of a tool switch: the tenant, or ``*`` for every tenant (no tenant is
+    ``*``: the identifier alphabet of a tenant excludes it)."""
+    return "*" if tenant is None else tenant
+
+
+def tenant_state_key(tenant: str) -> str:
+    return "tenant:" + encode_key((tenant,))
+
+
+def command_state_key(scope: str) -> str:
+    return "cmd:" + scope
+
+
+def encode_state_value(value: Any) -> bytes:
+    """A changelog value (orjson; never raises: a lone surrogate is written as an escape)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=True).encode("ascii")
+
+
+def decode_state_value(data: bytes) -> Any:
+    """A changelog value written by :func:`encode_state_value`."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def _put(table: dict[Any, Any], key: Any, value: Any) -> None:

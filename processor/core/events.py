@@ -8,31 +8,84 @@ other languages rely on; ``schemas/*.schema.json`` is generated from these model
 
 Decoding is strict and total: :func:`decode_input` either returns a model or raises
 :class:`~processor.core.errors.RecordRejected` with a reason, never anything else, so an
-undecodable record becomes a dead letter and never a crash.
+undecodable record becomes a dead letter and never a crash. Strict means the contract's own types
+and nothing that merely compares equal to them: ``"v": true`` is not version 1, ``"seq": "3"`` is
+not a position, ``"ts": "nan"`` is not a time. Times (``ts``, ``issued_at``, ``expires_at``) are
+finite JSON numbers (an integer such as ``1700000000`` is accepted as a time; a boolean, a string,
+NaN or an infinity is not), and a caller that knows the time of reading passes ``now`` so that a
+record claiming a time beyond ``now`` plus a clock-skew allowance is refused as ``future_time``.
+
+Identifiers (the call key's ``tenant``, ``turn_id``, ``response_id``, ``item_id``, ``call_id``,
+and every ``command_id``) are 1 to 256 visible ASCII characters (``!`` to ``~``: no space, no
+control character, nothing outside ASCII). A ``tenant`` has no ``/``, so the turn key
+``tenant/turn_id`` splits at its first ``/`` and names one turn, and no ``*``, which means "every
+tenant" in tool switches and operator scopes. Real provider ids (``call_…``, ``toolu_…``,
+``fc_…``, ``resp_…``, base64-ish Gemini ids) and adapter-made ids (``#0``, ``synthetic:…``) fit.
+Other names and ids (actors, issuers, tool names, event ids) are 1 to 256 (tool names 128)
+characters without control characters. State keys never rely on any of this: :func:`encode_key`
+is injective for any strings.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 
 from processor.core.errors import RecordRejected
 
 WIRE_VERSION: Final = 1
 
-Id = Annotated[str, Field(min_length=1, max_length=256)]
-Name = Annotated[str, Field(min_length=1, max_length=128)]
-Reason = Annotated[str, Field(max_length=512)]
+IDENT_PATTERN: Final = r"^[!-~]{1,256}$"
+"""A key identifier: 1 to 256 visible ASCII characters (``!`` to ``~``)."""
+TENANT_PATTERN: Final = r"^[!-)+-.0-~]{1,256}$"
+"""A tenant: an identifier without ``/`` (the turn key ``tenant/turn_id`` splits at its first
+``/``) and without ``*`` (which names every tenant in tool switches and operator scopes)."""
+_NO_CONTROL: Final = r"^[^\x00-\x1f\x7f-\x9f]*$"
+
+Ident = Annotated[str, Field(min_length=1, max_length=256, pattern=IDENT_PATTERN)]
+"""``turn_id``, ``response_id``, ``item_id``, ``call_id``, ``command_id``."""
+Tenant = Annotated[str, Field(min_length=1, max_length=256, pattern=TENANT_PATTERN)]
+Id = Annotated[str, Field(min_length=1, max_length=256, pattern=_NO_CONTROL)]
+"""Other ids and names (actors, issuers, event ids, digests): no control characters."""
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=_NO_CONTROL)]
+Reason = Annotated[str, Field(max_length=512, pattern=r"(?s)^.*$")]
+"""Free text up to 512 characters; the pattern refuses a lone surrogate, which no UTF-8 JSON holds
+(so a command built in-process can always be signed and encoded)."""
+Time = Annotated[float, Field(allow_inf_nan=False)]
+"""Epoch seconds: a finite JSON number (integers accepted; booleans, strings, NaN, ±inf not)."""
+
+
+def _exactly(value: object) -> object:
+    """A ``Literal`` integer must be an integer: ``True`` compares equal to 1 and is refused."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not an integer")
+    return value
+
+
+_STRICT: Final = ConfigDict(extra="forbid", frozen=True, strict=True)
+"""Strict types on the wire: no coercion from strings, booleans or floats."""
+Lax = Field(strict=False)
+"""Enums decode from their JSON value (a string); strict mode would want the Python member."""
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], BeforeValidator(_exactly)] = 1
 
 
 # --------------------------------------------------------------------------- call identity
@@ -41,13 +94,13 @@ class _Record(BaseModel):
 class CallKey(BaseModel):
     """The identity of one tool call. Never key by ``call_id`` alone: it is not globally unique."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    tenant: Id
-    turn_id: Id
-    response_id: Id
-    item_id: Id
-    call_id: Id
+    tenant: Tenant
+    turn_id: Ident
+    response_id: Ident
+    item_id: Ident
+    call_id: Ident
 
     @property
     def turn_key(self) -> str:
@@ -59,7 +112,7 @@ class CallKey(BaseModel):
 
     def encoded(self) -> str:
         """A stable, injective string form (used as a state key and in digests)."""
-        return orjson.dumps(list(self.as_tuple)).decode()
+        return encode_key(self.as_tuple)
 
 
 def turn_key(tenant: str, turn_id: str) -> str:
@@ -68,15 +121,16 @@ def turn_key(tenant: str, turn_id: str) -> str:
 
 
 class CallRecord(_Record):
-    tenant: Id
-    turn_id: Id
-    response_id: Id
-    item_id: Id
-    call_id: Id
+    tenant: Tenant
+    turn_id: Ident
+    response_id: Ident
+    item_id: Ident
+    call_id: Ident
 
     @property
     def key(self) -> CallKey:
-        return CallKey(
+        # the record's own fields were validated when it was made: no second validation
+        return CallKey.model_construct(
             tenant=self.tenant,
             turn_id=self.turn_id,
             response_id=self.response_id,
@@ -91,14 +145,14 @@ class CallRecord(_Record):
 class _Fragment(CallRecord):
     event_id: Id
     provider: Name
-    ts: float
+    ts: Time
 
 
 class CallStarted(_Fragment):
     """A call opened: names the tool as the model wrote it and the actor the adapter saw."""
 
     type: Literal["call.started"] = "call.started"
-    seq: Literal[0] = 0
+    seq: Annotated[Literal[0], BeforeValidator(_exactly)] = 0
     tool: Name
     actor: Id
     session: Id | None = None
@@ -140,12 +194,12 @@ class ResponseEnded(_Record):
 
     type: Literal["response.ended"] = "response.ended"
     event_id: Id
-    tenant: Id
-    turn_id: Id
-    response_id: Id
+    tenant: Tenant
+    turn_id: Ident
+    response_id: Ident
     provider: Name
-    ts: float
-    status: ResponseStatus
+    ts: Time
+    status: Annotated[ResponseStatus, Lax]
     reason: Reason = ""
 
 
@@ -158,9 +212,9 @@ FragmentEvent = Annotated[
 
 
 class _Control(_Record):
-    command_id: Id
+    command_id: Ident
     issued_by: Id
-    issued_at: float
+    issued_at: Time
     reason: Reason = ""
 
 
@@ -174,8 +228,8 @@ class TurnStarted(_Control):
     """Binds the authenticated actor to a turn (written by the gateway)."""
 
     type: Literal["turn.started"] = "turn.started"
-    tenant: Id
-    turn_id: Id
+    tenant: Tenant
+    turn_id: Ident
     actor: Id
     session: Id | None = None
 
@@ -187,8 +241,8 @@ class TurnCancelled(_Control):
     """
 
     type: Literal["turn.cancelled"] = "turn.cancelled"
-    tenant: Id
-    turn_id: Id
+    tenant: Tenant
+    turn_id: Ident
 
 
 class CallConfirmed(_Control, CallRecord):
@@ -209,15 +263,15 @@ class _Operator(_Control):
     """An operator command. Signed (Ed25519 over the canonical JSON without ``signature``)."""
 
     key_id: Id | None = None
-    expires_at: float | None = None
+    expires_at: Time | None = None
     signature: str | None = None
 
 
 class ResponseQuarantined(_Operator):
     type: Literal["response.quarantined"] = "response.quarantined"
-    tenant: Id
-    turn_id: Id
-    response_id: Id
+    tenant: Tenant
+    turn_id: Ident
+    response_id: Ident
 
 
 class ToolDisabled(_Operator):
@@ -225,25 +279,25 @@ class ToolDisabled(_Operator):
 
     type: Literal["tool.disabled"] = "tool.disabled"
     tool: Name
-    tenant: Id | None = None
+    tenant: Tenant | None = None
 
 
 class ToolEnabled(_Operator):
     type: Literal["tool.enabled"] = "tool.enabled"
     tool: Name
-    tenant: Id | None = None
+    tenant: Tenant | None = None
 
 
 class TenantStopped(_Operator):
     """Stop every in-flight buffer of ``tenant`` and refuse its new calls until resumed."""
 
     type: Literal["tenant.stopped"] = "tenant.stopped"
-    tenant: Id
+    tenant: Tenant
 
 
 class TenantResumed(_Operator):
     type: Literal["tenant.resumed"] = "tenant.resumed"
-    tenant: Id
+    tenant: Tenant
 
 
 OperatorCommand = ResponseQuarantined | ToolDisabled | ToolEnabled | TenantStopped | TenantResumed
@@ -317,7 +371,7 @@ class Dispatch(CallRecord):
     provider: Name
     terminal_event_id: Id
     confirmation_ref: Id | None = None
-    ts: float
+    ts: Time
 
 
 class Proposal(CallRecord):
@@ -330,8 +384,8 @@ class Proposal(CallRecord):
     arguments: dict[str, Any]
     args_digest: Id
     actor: Id
-    expires_at: float
-    ts: float
+    expires_at: Time
+    ts: Time
 
 
 class UserState(StrEnum):
@@ -348,11 +402,11 @@ class Status(CallRecord):
     type: Literal["status"] = "status"
     status_id: Id
     tool: Name | None = None
-    state: UserState
+    state: Annotated[UserState, Lax]
     retry_possible: bool
     message: Reason
     provider_reason: Reason | None = None  # the provider's stop reason, when it voided the call
-    ts: float
+    ts: Time
 
 
 class Ledger(CallRecord):
@@ -374,12 +428,21 @@ class Ledger(CallRecord):
     dispatch_id: Id | None = None
     args_digest: Id | None = None
     provider_reason: Reason | None = None  # the provider's stop reason, when it voided the call
-    ts: float
+    ts: Time
 
 
 class AuditOutcome(StrEnum):
+    """What became of a command (see ``processor.core.control`` for the replay rules).
+
+    ``duplicate``: a command that only makes things safer, repeated with the same id and the same
+    content; a no-op (its first copy applied). ``conflict``: such a command whose id was used
+    before, in the same scope, by a different command; it was applied all the same.
+    """
+
     APPLIED = "applied"
     REJECTED = "rejected"
+    DUPLICATE = "duplicate"
+    CONFLICT = "conflict"
 
 
 class Audit(_Record):
@@ -387,15 +450,15 @@ class Audit(_Record):
 
     type: Literal["audit"] = "audit"
     audit_id: Id
-    command_id: Id
+    command_id: Ident
     command_type: Name
     issued_by: Id
-    tenant: Id | None = None
+    tenant: Tenant | None = None
     reason: Reason
-    outcome: AuditOutcome
+    outcome: Annotated[AuditOutcome, Lax]
     rejection: Reason | None = None
     affected: list[CallKey] = Field(default_factory=list)
-    ts: float
+    ts: Time
 
 
 class DeadLetter(_Record):
@@ -410,7 +473,7 @@ class DeadLetter(_Record):
     detail: Reason = ""
     payload_bytes: int
     payload_sha256: str
-    ts: float
+    ts: Time
 
 
 OutputRecord = Dispatch | Proposal | Status | Ledger | Audit | DeadLetter
@@ -433,8 +496,22 @@ _INPUT_ADAPTER: Final[TypeAdapter[InputEvent]] = TypeAdapter(InputEvent)
 ALL_INPUT_TYPES: Final = FRAGMENT_TYPES | CONTROL_TYPES
 
 
-def decode_input(payload: bytes | str) -> InputEvent:
-    """Decode one fragment or control record, or raise :class:`RecordRejected` with a reason."""
+DEFAULT_CLOCK_SKEW_SECONDS: Final = 60.0
+"""How far in the future of the reader's ``now`` a record's own time may be (clock skew)."""
+
+
+def decode_input(
+    payload: bytes | str,
+    *,
+    now: float | None = None,
+    clock_skew: float = DEFAULT_CLOCK_SKEW_SECONDS,
+) -> InputEvent:
+    """Decode one fragment or control record, or raise :class:`RecordRejected` with a reason.
+
+    Total: any bytes, any JSON value in any field, give a model or ``RecordRejected``. With
+    ``now``, a record whose own time (``ts`` or ``issued_at``) is more than ``clock_skew``
+    seconds after ``now`` is rejected as ``future_time``.
+    """
     try:
         raw = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
@@ -442,16 +519,36 @@ def decode_input(payload: bytes | str) -> InputEvent:
     if not isinstance(raw, dict):
         raise RecordRejected("undecodable", "record is not a JSON object")
     version = raw.get("v")
-    if version != WIRE_VERSION:
-        raise RecordRejected("unknown_version", f"unsupported wire version v={version!r}")
+    if type(version) is not int or version != WIRE_VERSION:
+        shown = version if type(version) is int else type(version).__name__
+        raise RecordRejected("unknown_version", f"unsupported wire version v={shown!r}")
     kind = raw.get("type")
-    if kind not in ALL_INPUT_TYPES:
+    if not isinstance(kind, str) or kind not in ALL_INPUT_TYPES:
         shown = kind if isinstance(kind, str) and len(kind) <= 64 else type(kind).__name__
         raise RecordRejected("unknown_type", f"unknown record type {shown!r}")
     try:
-        return _INPUT_ADAPTER.validate_python(raw)
+        event = _INPUT_ADAPTER.validate_python(raw)
     except ValidationError as exc:
         raise RecordRejected("invalid_record", describe_validation_error(exc)) from None
+    if now is not None:
+        check_time(event, now, clock_skew)
+    return event
+
+
+def event_time(event: InputEvent) -> float:
+    """When a record says it was made: ``ts`` of a fragment, ``issued_at`` of a command."""
+    if isinstance(event, _Fragment | ResponseEnded):
+        return event.ts
+    return event.issued_at
+
+
+def check_time(event: InputEvent, now: float, clock_skew: float) -> None:
+    """Raise ``RecordRejected("future_time")`` for a record dated beyond ``now + clock_skew``."""
+    when = event_time(event)
+    if not math.isfinite(when) or when > now + clock_skew:
+        raise RecordRejected(
+            "future_time", f"{event.type} dated more than {clock_skew:g} s after its reading"
+        )
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -464,14 +561,62 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def encode(record: BaseModel) -> bytes:
-    """The one canonical encoding of every record (orjson, ``None`` fields kept)."""
-    return orjson.dumps(record.model_dump(mode="json"))
+    """The one canonical encoding of every record (orjson, ``None`` fields kept).
+
+    Never raises for a valid model: text holding a lone surrogate (possible only in a record
+    built in-process, never in one decoded from the wire) is not UTF-8, so it is written with
+    ASCII escapes instead; a reader's strict decoder then rejects that record as undecodable.
+    """
+    data = record.model_dump(mode="json")
+    try:
+        return orjson.dumps(data)
+    except TypeError:
+        return json.dumps(data, ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+_ESCAPED: Final = "~"
+
+
+def encode_key(parts: Sequence[str | int | None]) -> str:
+    """An injective, never-raising string form of a tuple of ids (state keys, digests).
+
+    Normally the orjson array of the parts (so ``["acme","t1"]``). A part holding a lone surrogate
+    is not UTF-8 and cannot be written that way: then every string part is replaced by the hex of
+    its ``surrogatepass`` UTF-8 bytes and the array is prefixed with ``~``. The two forms cannot
+    meet (one starts with ``[``, the other with ``~``) and each is injective, so two different
+    tuples never share a key, whatever their strings hold (a separator, quotes, U+001F, …).
+    """
+    try:
+        return orjson.dumps(list(parts)).decode()
+    except TypeError:
+        escaped = [
+            p.encode("utf-8", "surrogatepass").hex() if isinstance(p, str) else p for p in parts
+        ]
+        return _ESCAPED + orjson.dumps(escaped).decode()
+
+
+def decode_key(text: str) -> list[Any]:
+    """The parts :func:`encode_key` encoded (raises ValueError on text it did not make)."""
+    if text.startswith(_ESCAPED):
+        return [
+            bytes.fromhex(p).decode("utf-8", "surrogatepass") if isinstance(p, str) else p
+            for p in orjson.loads(text[len(_ESCAPED) :])
+        ]
+    parts = orjson.loads(text)
+    if not isinstance(parts, list):
+        raise ValueError("not an encoded key")
+    return parts
 
 
 def stable_id(*parts: str) -> str:
-    """A deterministic id from its parts (the core has no randomness)."""
+    """A deterministic id from its parts (the core has no randomness).
+
+    Each part is length-prefixed, so no part's content can shift the boundary between parts
+    (a part holding a separator such as U+001F never passes for two parts).
+    """
     h = hashlib.sha256()
     for part in parts:
-        h.update(part.encode("utf-8", "surrogatepass"))
-        h.update(b"\x1f")
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
     return h.hexdigest()[:32]

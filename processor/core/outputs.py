@@ -30,6 +30,7 @@ from processor.core.events import (
     TurnCancelled,
     TurnStarted,
     UserState,
+    encode,
     stable_id,
 )
 from processor.core.states import CallState, TerminalReason
@@ -169,7 +170,11 @@ def audit(
     now: float,
 ) -> Audit:
     return Audit(
-        audit_id=stable_id("audit", event.command_id, outcome.value, rejection or ""),
+        # by content, not by command_id alone: two commands may share an id (other type, signer,
+        # tenant or target; see processor.core.control), fan-out copies share their content
+        audit_id=stable_id(
+            "audit", hashlib.sha256(encode(event)).hexdigest(), outcome.value, rejection or ""
+        ),
         command_id=event.command_id,
         command_type=event.type,
         issued_by=event.issued_by,

@@ -28,6 +28,9 @@ class Limits:
     retention_seconds: float = 24 * 3600.0
     # How long a validated call may wait for its turn's actor binding (turn.started).
     binding_wait_seconds: float = 30.0
+    # How far a record's own time (ts, issued_at) may lie in the future of its reading before it
+    # is dead-lettered as future_time (producers' clocks differ a little; never by minutes).
+    max_clock_skew_seconds: float = 60.0
     # How long a validated call may wait for its response's end (response.ended) before it is
     # made inert as ``response_timeout``: a stream that stops without its end event never acts.
     response_wait_seconds: float = 600.0

@@ -46,10 +46,10 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from processor.core.authn import CommandVerifier
-from processor.core.errors import ConfigurationError
+from processor.core.errors import ConfigurationError, RecordRejected
 from processor.core.events import CallKey, Dispatch, Status, UserState, encode, stable_id
 from processor.core.registry import Registry
 from processor.executor.barrier import BarrierTimeout, ControlBarrier
@@ -61,6 +61,7 @@ from processor.executor.records import (
     ExecutionEntry,
     ExecutionOutcome,
     ExecutionResult,
+    decode_dispatch,
     entry_key,
 )
 from processor.observability import metrics, tracing
@@ -495,8 +496,8 @@ class ExecutorClient:
             raise _Stopping
         next_offset = record.offset + 1
         try:
-            dispatch = Dispatch.model_validate_json(record.value or b"")
-        except ValidationError:
+            dispatch = decode_dispatch(record.value)
+        except RecordRejected:
             log.warning(
                 "not a dispatch record; skipped",
                 extra=fields(partition=owned.partition, offset=record.offset),
@@ -878,12 +879,13 @@ class ExecutorClient:
 
     def _new_fence(self) -> FenceState:
         registry = self.registry
+        if registry is None:  # a disabled name it cannot resolve then refuses the tenant's calls
+            known = frozenset(self.handlers.tools())
+            return FenceState(verifier=self._verifier, known_tools=known)
 
-        def canonical(name: str) -> str:
-            if registry is None:
-                return name
+        def canonical(name: str) -> str | None:
             resolution = registry.resolve(name)
-            return resolution.declaration.name if resolution else name
+            return resolution.declaration.name if resolution else None
 
         return FenceState(verifier=self._verifier, canonical_tool=canonical)
 

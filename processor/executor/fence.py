@@ -25,8 +25,23 @@ whatever a worker would have refused had it seen the same control events first:
   ``control`` ``message.timestamp.type=LogAppendTime``, so the append time is the broker's and
   producer clocks are out of the picture; the floor still guards a ``control`` topic created
   with producer timestamps (CreateTime);
-- a repeated ``command_id`` is a replay and is ignored (the copies a fan-out writes land on
+- command ids follow the worker's replay rule (:func:`processor.core.control.judge_command`): an id
+  is remembered in its scope (type, signer, tenant, target), so no unsigned record, other
+  operator, other tenant or other target can consume it; a command that only makes things safer
+  (cancel, deny, quarantine, disable, stop) always applies (an identical repeat is a no-op
+  ``duplicate``, a reused id with a different content applies as ``conflict``), and a granting
+  one (confirm, enable, resume) is strictly deduplicated (the copies a fan-out writes land on
   different partitions, and every partition has its own :class:`FenceState`);
+- records are decoded strictly (:func:`processor.core.events.decode_input`): a time that is not a
+  finite number, or that lies more than ``clock_skew_seconds`` after the record's append time, is
+  undecodable, and a confirmation's age is counted from the earlier of its ``issued_at`` and its
+  append time;
+- tool names are resolved to their declared names with the executor's registry
+  (``canonical_tool``), as the worker does; without a registry the fence cannot tell an alias
+  from another tool, so a ``tool.disabled`` naming, for the call's tenant (or every tenant), any
+  name other than the call's tool and the tools this executor runs (``known_tools``, its
+  handlers' declared names) refuses the call too (``tool_disabled``, detail
+  ``unresolved_alias``): run executors with the tool registry;
 - ``turn.cancelled`` is absorbing; ``turn.started`` binds the actor once (a different actor later
   is ignored, as the Assembler audits ``actor_rebind``);
 - ``call.confirmed`` and ``call.denied`` count only from the turn's bound actor.
@@ -42,6 +57,7 @@ from enum import StrEnum
 from typing import Final
 
 from processor.core.authn import CommandVerifier
+from processor.core.control import SeenCommand, Verdict, judge_command
 from processor.core.errors import RecordRejected
 from processor.core.events import (
     CallConfirmed,
@@ -58,6 +74,7 @@ from processor.core.events import (
     ToolEnabled,
     TurnCancelled,
     TurnStarted,
+    check_time,
     decode_input,
 )
 
@@ -71,7 +88,8 @@ __all__ = [
 ]
 
 CLOCK_SKEW_SECONDS: Final = 60.0
-"""How far a record's append time may lag the latest one seen on its partition."""
+"""How far a record's append time may lag the latest one seen on its partition, and how far a
+record's own time (``ts``, ``issued_at``) may lie after its append time."""
 GLOBAL: Final = "*"
 """The tenant slot of a tool disabled for every tenant."""
 
@@ -97,7 +115,9 @@ class ApplyOutcome(StrEnum):
     """What :meth:`FenceState.apply` did with one control record."""
 
     APPLIED = "applied"
-    REPLAYED = "replayed"  # a command id seen before on this partition
+    CONFLICT = "conflict"  # a safety command whose id was used by another one: applied
+    DUPLICATE = "duplicate"  # a safety command repeated identically: a no-op
+    REPLAYED = "replayed"  # a granting command whose id was seen before on this partition
     REJECTED = "rejected"  # an operator command the verifier refused, or an actor rebind
     IGNORED = "ignored"  # not a control event (a fragment type on the control topic)
     UNDECODABLE = "undecodable"
@@ -137,7 +157,8 @@ class Confirmation:
     key: CallKey
     args_digest: str
     actor: str
-    issued_at: float
+    issued_at: float  # the earlier of its own issued_at and its append time
+    at: float = 0.0  # its append time (for forgetting)
 
 
 @dataclass
@@ -159,19 +180,23 @@ class FenceState:
     """The control facts of one ``control`` partition, as an executor needs them.
 
     ``verifier`` authenticates operator commands (a :class:`processor.ops.signing.Keyring` in
-    production). ``canonical_tool`` maps a tool name as an operator wrote it (maybe an alias) to
-    the declared name dispatch records carry; identity when no registry is known.
+    production). ``canonical_tool`` maps a tool name (maybe an alias) to its declared name, or
+    ``None`` for a name the registry does not know; ``None`` itself means the executor has no
+    registry (then a disable of a name outside ``known_tools`` refuses every call of its
+    tenant, see the module docstring). ``known_tools``: the declared names this executor runs.
     """
 
     verifier: CommandVerifier
-    canonical_tool: Callable[[str], str] = field(default=lambda name: name)
+    canonical_tool: Callable[[str], str | None] | None = None
+    known_tools: frozenset[str] = frozenset()
+    clock_skew_seconds: float = CLOCK_SKEW_SECONDS
     turns: dict[tuple[str, str], _Turn] = field(default_factory=dict)
     quarantined: dict[tuple[str, str, str], _Flag] = field(default_factory=dict)
     disabled_tools: dict[tuple[str, str], _Flag] = field(default_factory=dict)
     stopped_tenants: dict[str, _Flag] = field(default_factory=dict)
-    confirmations: dict[str, Confirmation] = field(default_factory=dict)
+    confirmations: dict[str, dict[CallKey, Confirmation]] = field(default_factory=dict)
     denials: dict[CallKey, _Flag] = field(default_factory=dict)
-    seen_commands: dict[str, float] = field(default_factory=dict)
+    seen_commands: dict[str, SeenCommand] = field(default_factory=dict)  # by command scope
     latest_append: float = 0.0
     applied: int = 0
     rejected: int = 0
@@ -181,46 +206,58 @@ class FenceState:
     def apply_record(self, payload: bytes, at: float) -> ApplyOutcome:
         """Decode and apply one raw ``control`` record appended at ``at`` (epoch seconds)."""
         try:
-            event = decode_input(payload)
+            event = decode_input(payload, now=at, clock_skew=self.clock_skew_seconds)
         except RecordRejected:
             return ApplyOutcome.UNDECODABLE
         return self.apply(event, at)
 
     def apply(self, event: InputEvent | ControlEvent, at: float) -> ApplyOutcome:
-        """Apply one decoded control event appended to ``control`` at time ``at``."""
+        """Apply one decoded control event appended to ``control`` at time ``at``.
+
+        Never raises: an event dated beyond ``at`` plus the clock skew is rejected.
+        """
+        try:
+            check_time(event, at, self.clock_skew_seconds)
+        except RecordRejected:
+            self.rejected += 1
+            return ApplyOutcome.REJECTED
         floor = self.latest_append - CLOCK_SKEW_SECONDS
         self.latest_append = max(self.latest_append, at)
         match event:
             case TurnStarted():
                 return self._on_turn_started(event, at)
             case TurnCancelled():
-                if self._replayed(event.command_id, at):
-                    return ApplyOutcome.REPLAYED
+                verdict = self._judge(event, at)
+                if not verdict.applies:
+                    return _NOT_APPLIED[verdict]
                 turn = self._turn(event.tenant, event.turn_id, at)
                 if turn.cancelled is None:
                     turn.cancelled, turn.cancel_reason = event.command_id, event.reason
-                return self._ok()
+                return self._ok(verdict)
             case CallConfirmed():
-                if self._replayed(event.command_id, at):
-                    return ApplyOutcome.REPLAYED
+                verdict = self._judge(event, at)
+                if not verdict.applies:
+                    return _NOT_APPLIED[verdict]
                 self._turn(event.tenant, event.turn_id, at)
-                self.confirmations[event.command_id] = Confirmation(
+                self.confirmations.setdefault(event.command_id, {})[event.key] = Confirmation(
                     command_id=event.command_id,
                     key=event.key,
                     args_digest=event.args_digest,
                     actor=event.actor,
-                    issued_at=event.issued_at,
+                    issued_at=min(event.issued_at, at),
+                    at=at,
                 )
-                return self._ok()
+                return self._ok(verdict)
             case CallDenied():
-                if self._replayed(event.command_id, at):
-                    return ApplyOutcome.REPLAYED
+                verdict = self._judge(event, at)
+                if not verdict.applies:
+                    return _NOT_APPLIED[verdict]
                 turn = self._turn(event.tenant, event.turn_id, at)
                 if turn.actor is not None and turn.actor != event.actor:
                     self.rejected += 1
                     return ApplyOutcome.REJECTED  # a denial counts only from the bound actor
                 self.denials.setdefault(event.key, _Flag(event.command_id, at))
-                return self._ok()
+                return self._ok(verdict)
             case (
                 ResponseQuarantined()
                 | ToolDisabled()
@@ -250,33 +287,40 @@ class FenceState:
         if self.verifier.verify(event, when) is not None:
             self.rejected += 1
             return ApplyOutcome.REJECTED
-        if self._replayed(event.command_id, at):
-            return ApplyOutcome.REPLAYED
+        verdict = self._judge(event, at)
+        if not verdict.applies:
+            return _NOT_APPLIED[verdict]
         flag = _Flag(event.command_id, at)
         match event:
             case ResponseQuarantined():
                 self.quarantined[(event.tenant, event.turn_id, event.response_id)] = flag
             case ToolDisabled():
-                slot = (event.tenant or GLOBAL, self.canonical_tool(event.tool))
+                slot = (event.tenant or GLOBAL, self._tool(event.tool))
                 self.disabled_tools[slot] = flag
             case ToolEnabled():
-                slot = (event.tenant or GLOBAL, self.canonical_tool(event.tool))
+                slot = (event.tenant or GLOBAL, self._tool(event.tool))
                 self.disabled_tools.pop(slot, None)
             case TenantStopped():
                 self.stopped_tenants[event.tenant] = flag
             case TenantResumed():
                 self.stopped_tenants.pop(event.tenant, None)
-        return self._ok()
+        return self._ok(verdict)
 
-    def _ok(self) -> ApplyOutcome:
+    def _ok(self, verdict: Verdict = Verdict.NEW) -> ApplyOutcome:
         self.applied += 1
-        return ApplyOutcome.APPLIED
+        return ApplyOutcome.CONFLICT if verdict is Verdict.CONFLICT else ApplyOutcome.APPLIED
 
-    def _replayed(self, command_id: str, at: float) -> bool:
-        if command_id in self.seen_commands:
-            return True
-        self.seen_commands[command_id] = at
-        return False
+    def _judge(
+        self, event: TurnCancelled | CallConfirmed | CallDenied | OperatorCommand, at: float
+    ) -> Verdict:
+        verdict, _scope = judge_command(self.seen_commands, event, at)
+        return verdict
+
+    def _tool(self, name: str) -> str:
+        """The declared name of ``name`` (as written when unknown or without a registry)."""
+        if self.canonical_tool is None:
+            return name
+        return self.canonical_tool(name) or name
 
     def _turn(self, tenant: str, turn_id: str, at: float) -> _Turn:
         turn = self.turns.get((tenant, turn_id))
@@ -311,12 +355,9 @@ class FenceState:
         quarantine = self.quarantined.get((key.tenant, key.turn_id, key.response_id))
         if quarantine is not None:
             return Refusal(RefusalCode.QUARANTINED, quarantine.command_id)
-        tool = self.canonical_tool(dispatch.tool)
-        disabled = self.disabled_tools.get((key.tenant, tool)) or self.disabled_tools.get(
-            (GLOBAL, tool)
-        )
+        disabled = self._disabled(key.tenant, dispatch.tool)
         if disabled is not None:
-            return Refusal(RefusalCode.TOOL_DISABLED, disabled.command_id)
+            return disabled
         if turn is None or turn.actor is None:
             return Refusal(RefusalCode.TURN_NOT_BOUND)
         if dispatch.actor != turn.actor:
@@ -330,15 +371,27 @@ class FenceState:
             return None
         return self._check_confirmation(dispatch, turn.actor, now, req)
 
+    def _disabled(self, tenant: str, tool_name: str) -> Refusal | None:
+        tool = self._tool(tool_name)
+        flag = self.disabled_tools.get((tenant, tool)) or self.disabled_tools.get((GLOBAL, tool))
+        if flag is not None:
+            return Refusal(RefusalCode.TOOL_DISABLED, flag.command_id)
+        if self.canonical_tool is None:  # no registry: an unknown disabled name may be an alias
+            for (slot_tenant, name), other in self.disabled_tools.items():
+                if slot_tenant in (tenant, GLOBAL) and name not in self.known_tools:
+                    return Refusal(RefusalCode.TOOL_DISABLED, other.command_id, "unresolved_alias")
+        return None
+
     def _check_confirmation(
         self, dispatch: Dispatch, bound_actor: str, now: float, req: Requirements
     ) -> Refusal | None:
         ref = dispatch.confirmation_ref
-        confirmation = self.confirmations.get(ref) if ref is not None else None
+        by_key = self.confirmations.get(ref, {}) if ref is not None else {}
+        confirmation = by_key.get(dispatch.key)
+        if confirmation is None and by_key:  # that id confirmed another call only
+            return Refusal(RefusalCode.CONFIRMATION_MISMATCH, ref, "call_key")
         if confirmation is None:
             return Refusal(RefusalCode.CONFIRMATION_MISSING, ref)
-        if confirmation.key != dispatch.key:
-            return Refusal(RefusalCode.CONFIRMATION_MISMATCH, ref, "call_key")
         if confirmation.args_digest != dispatch.args_digest:
             return Refusal(RefusalCode.CONFIRMATION_MISMATCH, ref, "args_digest")
         if confirmation.actor != bound_actor:
@@ -371,15 +424,24 @@ class FenceState:
             if flag.set_at < horizon:
                 del self.denials[ck]
                 dropped += 1
-        for command_id in list(self.confirmations):
-            if self.seen_commands.get(command_id, horizon) < horizon:
+        for command_id, by_key in list(self.confirmations.items()):
+            for ck, confirmation in list(by_key.items()):
+                if confirmation.at < horizon:
+                    del by_key[ck]
+                    dropped += 1
+            if not by_key:
                 del self.confirmations[command_id]
-                dropped += 1
-        for command_id, seen_at in list(self.seen_commands.items()):
-            if seen_at < horizon:
-                del self.seen_commands[command_id]
+        for scope, seen in list(self.seen_commands.items()):
+            if seen.at < horizon:
+                del self.seen_commands[scope]
                 dropped += 1
         return dropped
+
+
+_NOT_APPLIED: Final = {
+    Verdict.DUPLICATE: ApplyOutcome.DUPLICATE,
+    Verdict.REPLAYED: ApplyOutcome.REPLAYED,
+}
 
 
 def _short(text: str) -> str:

@@ -38,10 +38,10 @@ import time
 from typing import Any
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
-from pydantic import ValidationError
 
+from processor.core.errors import RecordRejected
 from processor.executor.barrier import BarrierTimeout
-from processor.executor.records import ExecutionEntry
+from processor.executor.records import ExecutionEntry, decode_entry
 from processor.runtime.clients import committed_reader, read_to_end
 from processor.settings import Settings
 
@@ -74,8 +74,8 @@ async def restore_ledger_partition(
         if record.value is None:
             return
         try:
-            entry = ExecutionEntry.model_validate_json(record.value)
-        except ValidationError:
+            entry = decode_entry(record.value)
+        except RecordRejected:
             log.warning(
                 "ledger %s[%d]@%d: not an execution entry, skipped", topic, partition, record.offset
             )

@@ -12,6 +12,10 @@ keyed by ``[group, dispatch_id]``): :class:`ExecutionEntry`, the durable ledger 
 "at most one execution per ``dispatch_id`` per executor group" (see
 :mod:`processor.executor.ledger`).
 
+:func:`decode_dispatch` and :func:`decode_entry` read the ``dispatch`` and ``executions`` records
+strictly (the wire contract's types, finite times) and totally: any bytes give a model or
+:class:`~processor.core.errors.RecordRejected`, never another exception.
+
 Neither carries argument values. ``ExecutionResult.output`` is what the handler returned (for
 example a booking reference): handlers must not echo the call's arguments into it.
 """
@@ -19,11 +23,22 @@ example a booking reference): handlers must not echo the call's arguments into i
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Final, Literal, TypedDict, Unpack
+from typing import Any, Final, Literal, TypedDict, TypeVar, Unpack
 
 import orjson
+from pydantic import BaseModel, ValidationError
 
-from processor.core.events import CallRecord, Dispatch, Id, Name, Reason, stable_id
+from processor.core.errors import RecordRejected
+from processor.core.events import (
+    CallRecord,
+    Dispatch,
+    Id,
+    Name,
+    Reason,
+    Time,
+    describe_validation_error,
+    stable_id,
+)
 
 __all__ = [
     "MAX_OUTPUT_BYTES",
@@ -31,8 +46,12 @@ __all__ = [
     "ExecutionEntry",
     "ExecutionOutcome",
     "ExecutionResult",
+    "decode_dispatch",
+    "decode_entry",
     "entry_key",
 ]
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_OUTPUT_BYTES: Final = 64 * 1024
 """A handler's encoded output larger than this is dropped from the result (``output_too_large``)."""
@@ -89,8 +108,8 @@ class ExecutionResult(CallRecord):
     retry_possible: bool = False
     detail: Reason = ""
     output: dict[str, Any] | None = None
-    started_at: float | None = None
-    ts: float
+    started_at: Time | None = None
+    ts: Time
 
     @classmethod
     def for_dispatch(
@@ -151,7 +170,7 @@ class ExecutionEntry(CallRecord):
     executor_id: Id
     dispatch_partition: int
     dispatch_offset: int
-    ts: float
+    ts: Time
 
     @classmethod
     def for_dispatch(
@@ -180,6 +199,27 @@ class ExecutionEntry(CallRecord):
 
     def moved_to(self, state: EntryState, executor_id: str, ts: float) -> ExecutionEntry:
         return self.model_copy(update={"state": state, "executor_id": executor_id, "ts": ts})
+
+
+def decode_dispatch(payload: bytes | None) -> Dispatch:
+    """One ``dispatch`` record, or RecordRejected (never another exception)."""
+    return _decode(Dispatch, payload)
+
+
+def decode_entry(payload: bytes | None) -> ExecutionEntry:
+    """One ``executions`` ledger entry, or RecordRejected (never another exception)."""
+    return _decode(ExecutionEntry, payload)
+
+
+def _decode(model: type[M], payload: bytes | None) -> M:
+    if payload is None:
+        raise RecordRejected("undecodable", "no value (a tombstone)")
+    try:
+        return model.model_validate_json(payload)
+    except ValidationError as exc:
+        raise RecordRejected("invalid_record", describe_validation_error(exc)) from None
+    except ValueError as exc:  # pydantic-core raises ValidationError; belt and braces
+        raise RecordRejected("undecodable", type(exc).__name__) from None
 
 
 def entry_key(group: str, dispatch_id: str) -> bytes:

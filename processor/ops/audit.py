@@ -31,7 +31,7 @@ from typing import IO, Any, Final
 import orjson
 from pydantic import ValidationError
 
-from processor.core.events import Audit, CallKey
+from processor.core.events import Audit, AuditOutcome, CallKey
 from processor.runtime.commands import add_connection_flags, load_settings
 from processor.runtime.tail import read_records
 from processor.settings import Settings
@@ -149,7 +149,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_connection_flags(p)
     p.add_argument("--tenant", help="only commands for this tenant")
     p.add_argument("--command-type", help="e.g. tenant.stopped, call.confirmed")
-    p.add_argument("--outcome", choices=["applied", "rejected"])
+    p.add_argument("--outcome", choices=[o.value for o in AuditOutcome])
     p.add_argument("--issued-by", help="only commands of this issuer")
     p.add_argument("--command-id", help="one command")
     p.add_argument("--since", help="30m, 2h, 1d, an ISO-8601 time, or epoch seconds")

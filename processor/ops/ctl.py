@@ -44,7 +44,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -66,6 +66,7 @@ from processor.core.events import (
     ToolEnabled,
     TurnCancelled,
     TurnStarted,
+    describe_validation_error,
     encode,
     turn_key,
 )
@@ -300,6 +301,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_keygen)
 
 
+def _clear_errors(
+    build: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """A command the wire contract refuses (an id outside the alphabet, …) is a clear error."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return build(args)
+        except ValidationError as exc:
+            print(
+                f"processor ctl: invalid command: {describe_validation_error(exc)}", file=sys.stderr
+            )
+            return 2
+
+    return run
+
+
+@_clear_errors
 def _start_turn(args: argparse.Namespace) -> int:
     now = time.time()
     events: list[ControlEvent] = []
@@ -328,6 +347,7 @@ def _start_turn(args: argparse.Namespace) -> int:
     return _send(args, events)
 
 
+@_clear_errors
 def _cancel_turn(args: argparse.Namespace) -> int:
     event = TurnCancelled(
         command_id=args.command_id or _new_id(),
@@ -354,10 +374,12 @@ def _call_fields(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+@_clear_errors
 def _confirm(args: argparse.Namespace) -> int:
     return _send(args, [CallConfirmed(**_call_fields(args), args_digest=args.digest)])
 
 
+@_clear_errors
 def _deny(args: argparse.Namespace) -> int:
     event = CallDenied(**_call_fields(args), args_digest=args.digest, reason=args.reason)
     return _send(args, [event])

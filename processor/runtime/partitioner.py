@@ -28,9 +28,11 @@ def partition_for(key: bytes, partitions: int) -> int:
 def misrouted(record: dict[str, object], partition: int, partitions: int) -> str | None:
     """Why a decoded turn-scoped record is on the wrong partition, or None."""
     kind, tenant, turn = record.get("type"), record.get("tenant"), record.get("turn_id")
-    if kind in FANNED_OUT or not isinstance(tenant, str) or not isinstance(turn, str):
+    if not isinstance(kind, str) or kind in FANNED_OUT:  # any JSON value may sit in "type"
         return None
-    home = partition_for(turn_key(tenant, turn).encode(), partitions)
+    if not isinstance(tenant, str) or not isinstance(turn, str):
+        return None
+    home = partition_for(turn_key(tenant, turn).encode("utf-8", "surrogatepass"), partitions)
     if home == partition:
         return None
     return (

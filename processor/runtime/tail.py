@@ -91,7 +91,7 @@ def record_json(record: ConsumerRecord) -> bytes:
 
 def record_line(record: ConsumerRecord) -> str:
     """One human line; never the argument values."""
-    when = datetime.fromtimestamp(record.timestamp / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+    when = _clock(record.timestamp)
     try:
         v = orjson.loads(record.value) if record.value is not None else None
     except orjson.JSONDecodeError:
@@ -116,7 +116,7 @@ def record_line(record: ConsumerRecord) -> str:
     elif kind == "audit":
         detail = (
             f"{v.get('command_type')} {v.get('outcome')} by={v.get('issued_by')} "
-            f"tenant={v.get('tenant')} affected={len(v.get('affected') or [])}"
+            f"tenant={v.get('tenant')} affected={_count(v.get('affected'))}"
         )
         if v.get("rejection"):
             detail += f" rejection={v.get('rejection')}"
@@ -159,3 +159,16 @@ async def tail(
 
 def run_tail(settings: Settings, role: str, out: IO[str], **kwargs: Any) -> int:
     return asyncio.run(tail(settings, role, out, **kwargs))
+
+
+def _clock(timestamp_ms: object) -> str:
+    """A record timestamp as HH:MM:SS.mmm (a producer may write any int64 there)."""
+    try:
+        moment = datetime.fromtimestamp(float(timestamp_ms) / 1000, UTC)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):
+        return f"ts={timestamp_ms!r}"
+    return moment.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _count(items: object) -> int:
+    return len(items) if isinstance(items, list) else 0

@@ -320,7 +320,9 @@ async def test_forged_unsigned_expired_replayed_and_cross_tenant_commands_change
         replay = await _original_command(rt, "disable-1")
         async with ControlWriter(rt.settings) as writer:
             await writer.write(replay)
-        rejected["disable-1"] = "replayed"
+        # a safety command repeated identically is a no-op: audited duplicate, the tool stays on
+        duplicate = await wait_audit(rt, "disable-1", "duplicate", copies=rt.partitions)
+        assert duplicate["affected"] == [] and duplicate["rejection"] is None
 
         for command_id, code_ in rejected.items():
             # every worker partition audits its copy

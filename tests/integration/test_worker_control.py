@@ -106,7 +106,7 @@ async def test_control_prevents_dispatch_and_survives_restart(runtime: Runtime) 
     )
     for turn in stopped_turns:
         await runtime.publish(call_events("globex", turn, "call_0", '{"city": "Bern"}'))
-    await runtime.control(cancel)  # a replayed command id is rejected, never re-applied
+    await runtime.control(cancel)  # an identical repeat of a safety command is a no-op
 
     await runtime.wait_caught_up()
     assert dispatch_keys(await runtime.dispatches()) == [("acme", "turn-C", "call_0")]
@@ -119,5 +119,5 @@ async def test_control_prevents_dispatch_and_survives_restart(runtime: Runtime) 
     replays = [a for a in audit if a["command_id"] == cancel.command_id]
     assert [(a["outcome"], a["rejection"]) for a in replays] == [
         ("applied", None),
-        ("rejected", "replayed"),
+        ("duplicate", None),
     ]

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from processor.core.control import turn_state_key
 from tests.integration.conftest import Runtime, call_events, turn_started, wait_until
 
 pytestmark = pytest.mark.integration
@@ -47,7 +48,7 @@ async def _preload(runtime: Runtime, partition: int, turns: list[str]) -> None:
                     await producer.send(
                         runtime.topics.changelog,
                         orjson.dumps(value),
-                        key=f"turn:acme\x1f{turn}".encode(),
+                        key=turn_state_key("acme", turn).encode(),
                         partition=partition,
                     )
     finally:

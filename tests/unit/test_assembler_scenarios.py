@@ -386,8 +386,14 @@ class TestOperatorCommands:
         run = Run()
         stop = TenantStopped(tenant="acme", **op_fields("stop-9"))  # type: ignore[arg-type]
         resume = TenantResumed(tenant="acme", **op_fields("resume-9"))  # type: ignore[arg-type]
-        run.feed(stop, resume, stop)
-        assert [a.rejection for a in run.of(Audit)] == [None, None, "replayed"]
+        run.feed(stop, resume, stop, resume)
+        # a safety command repeated identically is a no-op (``duplicate``); a grant is a replay
+        assert [(a.outcome, a.rejection) for a in run.of(Audit)] == [
+            ("applied", None),
+            ("applied", None),
+            ("duplicate", None),
+            ("rejected", "replayed"),
+        ]
         assert "acme" not in run.assembler.control.stopped_tenants
 
 

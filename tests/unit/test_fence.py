@@ -188,7 +188,7 @@ def test_quarantine_hits_only_its_response() -> None:
 
 
 def test_tool_disable_enable_for_tenant() -> None:
-    fence = bound_fence()
+    fence = bound_fence(canonical_tool=lambda name: name)  # a registry that knows both tools
     fence.apply(signed(ToolDisabled, tool="book_slot", tenant="acme"), NOW)
     assert code(fence) is RefusalCode.TOOL_DISABLED
     assert code(fence, dispatch(tool="get_weather")) is None
@@ -337,7 +337,8 @@ def test_repeated_confirmation_id_is_a_replay() -> None:
 
 def test_stale_dispatch_and_forget() -> None:
     fence = bound_fence()
-    fence.apply(cancelled(turn="t-old"), NOW - 10_000)
+    old_cancel = cancelled(turn="t-old").model_copy(update={"issued_at": NOW - 10_000})
+    assert fence.apply(old_cancel, NOW - 10_000) is ApplyOutcome.APPLIED
     assert fence.forget(NOW - 5_000) >= 1
     old = dispatch(turn_id="t-old", ts=NOW - 10_000)
     assert code(fence, old, max_dispatch_age_seconds=5_000) is RefusalCode.STALE_DISPATCH
