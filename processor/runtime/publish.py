@@ -159,7 +159,11 @@ class BlockingPublisher:
             await publisher.start()
             return publisher
 
-        self._publisher = self._run(make())
+        try:
+            self._publisher = self._run(make())
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         publisher, self._publisher = self._publisher, None
