@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration bench kafka-start kafka-stop clean
+.PHONY: demo test lint unit integration bench fuzz kafka-start kafka-stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+## The long fuzz run: every target for DURATION seconds with SEED (a short run is in `make test`).
+SEED ?= 0
+DURATION ?= 120
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz --seed $(SEED) --duration $(DURATION)
 
 kafka-start:
 	scripts/kafka-local start
