@@ -27,8 +27,8 @@ Targets and what counts as an escape:
 
 from __future__ import annotations
 
-import itertools
 import functools
+import itertools
 import json
 import math
 import random
