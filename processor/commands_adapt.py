@@ -8,7 +8,11 @@ offline. With ``--publish`` the events go to the ``fragments`` topic instead (id
 key = turn key, ``--traceparent`` propagated to the dispatch record).
 
 A chunk the adapter cannot read is reported on stderr; the stream's open calls end inert through
-``response.ended`` and the command exits 1. Nothing partial ever completes.
+``response.ended`` and the command exits 1. Nothing partial ever completes. Provider events of an
+unknown type that name no call are ignored, and their count is reported on stderr (and, with
+``--publish``, added to ``toolcall_adapter_unknown_events_total``). ``--alternative`` chooses
+which alternative of a multi-alternative response may act (see
+:mod:`processor.adapters.verdicts`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from processor.adapters.openai_responses import OpenAIResponsesAdapter
 from processor.adapters.sse import ProviderEventDecoder
 from processor.core.errors import AdapterError
 from processor.core.events import FragmentEvent, TurnStarted, encode, stable_id
+from processor.observability import metrics
 from processor.runtime.commands import add_common_flags, settings_from_args
 from processor.runtime.publish import publish_events
 
@@ -58,11 +63,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="first write the turn.started control event the gateway would write (offline use)",
     )
+    adapt.add_argument(
+        "--alternative",
+        type=_alternative,
+        default=0,
+        metavar="N|none",
+        help="which alternative of a multi-alternative response (Chat n > 1, Gemini "
+        "candidateCount > 1) may act: its index (default 0), or none; the others are recorded, "
+        "never dispatched",
+    )
     adapt.add_argument("--publish", action="store_true", help="publish to the fragments topic")
     adapt.add_argument("--traceparent", help="W3C trace context to attach (with --publish)")
     adapt.add_argument("file", nargs="?", default="-", help="the provider body, or - for stdin")
     add_common_flags(adapt)
     adapt.set_defaults(func=_adapt_command)
+
+
+def _alternative(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        index = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("an alternative index (0, 1, ...) or none") from None
+    if index < 0:
+        raise argparse.ArgumentTypeError("an alternative index is 0 or more")
+    return index
 
 
 def detect_format(head: bytes) -> InputFormat:
@@ -128,7 +154,7 @@ def _adapt_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    adapter = PROVIDERS[args.provider](ctx, now=time.time)
+    adapter = PROVIDERS[args.provider](ctx, now=time.time, alternative=args.alternative)
     collected: list[FragmentEvent] = []
 
     def emit(event: FragmentEvent) -> None:
@@ -151,8 +177,14 @@ def _adapt_command(args: argparse.Namespace) -> int:
                 emit(event)
     if failure is not None:
         print(f"processor adapt: {failure}", file=sys.stderr)
+    if adapter.unknown_events:
+        print(
+            f"processor adapt: {adapter.unknown_events} unknown {adapter.provider} event(s) "
+            "ignored (they named no call)",
+            file=sys.stderr,
+        )
     if args.publish:
-        _publish(args, collected)
+        _publish(args, collected, adapter)
     return 1 if failure is not None else 0
 
 
@@ -161,7 +193,8 @@ def _write_line(data: bytes) -> None:
     sys.stdout.buffer.flush()
 
 
-def _publish(args: argparse.Namespace, events: list[FragmentEvent]) -> None:
+def _publish(args: argparse.Namespace, events: list[FragmentEvent], adapter: StreamAdapter) -> None:
     settings = settings_from_args(args)
     count = asyncio.run(publish_events(settings, events, args.traceparent))
+    metrics.ADAPTER_UNKNOWN_EVENTS.labels(adapter.provider).inc(adapter.unknown_events)
     print(f"published {count} fragment events to {settings.topics.fragments}", file=sys.stderr)

@@ -10,20 +10,24 @@ This module owns the reading of the Messages streaming vocabulary:
   ``partial_json`` strings are not deltas.
 * Terminals. ``content_block_stop`` ends a tool_use block; a block that got no argument text gets
   the input object of its ``content_block_start`` (normally ``{}``).
-* Response ends. ``message_delta`` with ``stop_reason`` ``max_tokens`` or
-  ``model_context_window_exceeded`` ends the message ``incomplete`` at once (a block cut by the
-  limit never got its ``content_block_stop`` and stays inert), ``refusal`` ends it ``failed``;
-  ``message_stop`` ends it ``completed``; an ``error`` event ends it ``error``; a second
-  ``message_start`` while the first message is open ends the first one ``error`` ("spliced
-  message"); ``close()`` before ``message_stop`` ends it ``incomplete``. Each message gets one
-  ``response.ended``; calls still open then are inert.
+* Response ends (one rule, :mod:`processor.adapters.verdicts`). ``message_delta`` brings the
+  ``stop_reason``; :data:`STOP_REASONS` judges it. A voiding reason (``max_tokens``,
+  ``refusal``, ``pause_turn``, any reason not in the table) ends the message at once with the
+  table's status and the raw reason; a normal one (``end_turn``, ``tool_use``,
+  ``stop_sequence``) ends it ``completed`` only at ``message_stop``, the provider's end event.
+  A ``message_stop`` without a stop reason is voiding (``unknown``). An ``error`` event ends it
+  ``error`` (reason: the error type); a second ``message_start`` while the first message is open
+  ends the first one ``error`` (``spliced``); ``close()`` before ``message_stop`` ends it
+  ``incomplete`` (``stream_cut``). Each message gets one ``response.ended``; calls still open then
+  are inert, and a call that did end waits in the Assembler for a ``completed`` verdict.
 * Names and ids are set once: a repeated identical ``content_block_start`` is ignored; a
-  conflicting one, or a delta of another kind on a tool_use block, withholds that call's
-  terminal, so it ends inert.
+  conflicting one, or a delta of another kind on a tool_use block (unknown content inside a
+  call), withholds that call's terminal, so it ends inert.
 
-``ping`` is ignored. Any other event type, or a known one with the wrong structure, raises
-:class:`AdapterError`; after that the adapter refuses further chunks and ``close()`` ends the
-open message with status ``error``.
+``ping`` is ignored. Anthropic documents that new event types may be added: an event of an
+unknown type is ignored and counted (``unknown_events``). A known event with the wrong structure
+raises :class:`AdapterError`; after that the adapter refuses further chunks and ``close()`` ends
+the open message with status ``error``.
 """
 
 from __future__ import annotations
@@ -36,16 +40,33 @@ import orjson
 
 from processor.adapters.base import Handler, OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
+from processor.adapters.verdicts import SPLICED, StopTable, normal, voiding
 from processor.core.events import FragmentEvent, ResponseStatus
 
 PROVIDER: Final = "anthropic"
 
 _HARMLESS_TYPES: Final = frozenset({"ping"})
-_STOP_STATUS: Final = {
-    "max_tokens": ResponseStatus.INCOMPLETE,
-    "model_context_window_exceeded": ResponseStatus.INCOMPLETE,
-    "refusal": ResponseStatus.FAILED,
-}
+STOP_REASONS: Final = StopTable(
+    provider="Anthropic Messages",
+    read_from="message_delta.delta.stop_reason, completed at message_stop",
+    rules={
+        "end_turn": normal("the model finished its turn"),
+        "tool_use": normal("the model calls tools"),
+        "stop_sequence": normal("a stop sequence was generated"),
+        "max_tokens": voiding(
+            ResponseStatus.INCOMPLETE, "cut at max_tokens: a last tool_use block is incomplete"
+        ),
+        "model_context_window_exceeded": voiding(
+            ResponseStatus.INCOMPLETE, "cut at the context window: treat as truncated"
+        ),
+        "pause_turn": voiding(
+            ResponseStatus.INCOMPLETE, "a server-tool loop paused; the turn continues later"
+        ),
+        "refusal": voiding(
+            ResponseStatus.FAILED, "streaming classifiers intervened; drop the refused turn"
+        ),
+    },
+)
 _F: Final = Fields(PROVIDER)
 
 
@@ -70,11 +91,16 @@ class AnthropicMessagesAdapter(StreamAdapter):
     """One Messages stream (or several concatenated) → fragment events."""
 
     provider: ClassVar[str] = PROVIDER
-    cut_reason = "stream ended before message_stop"
     failure_ending = "bad_chunk"
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
-        super().__init__(ctx, now=now)
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
+        super().__init__(ctx, now=now, alternative=alternative)
         self._messages: dict[str, _Message] = {}
         self._current: _Message | None = None
         self._handlers: dict[str, Handler] = {
@@ -98,7 +124,7 @@ class AnthropicMessagesAdapter(StreamAdapter):
             return handler(event)
         if kind in _HARMLESS_TYPES:
             return []
-        raise self.unknown(kind)
+        return self.ignore_unknown(kind)
 
     def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
         current = self._current
@@ -127,7 +153,7 @@ class AnthropicMessagesAdapter(StreamAdapter):
         out: list[FragmentEvent] = []
         if current is not None and not current.ended:
             self.anomaly("message_start while the previous message was open")
-            out.append(self._end(current, ResponseStatus.ERROR, "spliced message"))
+            out.append(self._end(current, ResponseStatus.ERROR, SPLICED))
         known = self._messages.get(response_id)
         if known is not None:
             self.anomaly("message_start for an earlier message ignored")
@@ -144,10 +170,10 @@ class AnthropicMessagesAdapter(StreamAdapter):
         if not isinstance(stop_reason, str):
             raise _F.bad("field 'stop_reason' is not a string")
         message.stop_reason = stop_reason
-        status = _STOP_STATUS.get(stop_reason)
-        if status is None:
-            return []
-        return [self._end(message, status, shown(stop_reason))]
+        status, reason = STOP_REASONS.judge(stop_reason)
+        if status is ResponseStatus.COMPLETED:
+            return []  # normal: completed only at message_stop, the provider's end event
+        return [self._end(message, status, reason)]
 
     def _on_message_stop(self, event: dict[str, Any]) -> list[FragmentEvent]:
         message = self._live()
@@ -155,8 +181,7 @@ class AnthropicMessagesAdapter(StreamAdapter):
             return []
         if any(not call.ended for call in message.calls.values()):
             self.anomaly("message_stop with tool_use blocks that never stopped")
-        reason = shown(message.stop_reason) if message.stop_reason else "message_stop"
-        return [self._end(message, ResponseStatus.COMPLETED, reason)]
+        return [self._end(message, *STOP_REASONS.judge(message.stop_reason))]
 
     def _on_error(self, event: dict[str, Any]) -> list[FragmentEvent]:
         error = event.get("error")

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Final, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from processor.adapters.fields import bad_chunk, decode_object, shown
+from processor.adapters.verdicts import STREAM_CUT
 from processor.core.errors import AdapterError
 from processor.core.events import (
     CallDelta,
@@ -87,7 +88,7 @@ class StreamAdapter(ABC):
     provider: ClassVar[str]
     unit: ClassVar[str] = "event"
     """What the protocol calls one provider payload, in messages ("event", "chunk")."""
-    cut_reason: ClassVar[str]
+    cut_reason: ClassVar[str] = STREAM_CUT
     """The ``response.ended`` reason (``incomplete``) of a response the stream ended first."""
     refusal: ClassVar[Refusal] = "raise"
     """A chunk after a failure or ``close()``: ``"raise"`` refuses it with AdapterError
@@ -98,10 +99,22 @@ class StreamAdapter(ABC):
     """The ``response.ended`` reason (``error``) of a response cut by a failure; ``{reason}`` is
     the reason code of the first AdapterError the stream raised."""
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
         self.ctx = ctx
         self._now = now or (lambda: 0.0)
+        self.alternative = alternative
+        """Which alternative of a multi-alternative response may act (``None``: none); see
+        :mod:`processor.adapters.verdicts`. Protocols whose responses have one alternative
+        (Responses, Anthropic, Bedrock) ignore it."""
         self.anomalies: list[str] = []
+        self.unknown_events = 0
+        """Provider events of a type this adapter does not know, ignored (they named no call)."""
         self._failure_reason: str | None = None
         self._closed = False
         self._responses_opened = 0
@@ -181,6 +194,13 @@ class StreamAdapter(ABC):
     def _unreadable(self, detail: str) -> AdapterError:
         self._mark_failed("bad_chunk")
         return bad_chunk(self.provider, detail)
+
+    def ignore_unknown(self, kind: object) -> list[FragmentEvent]:
+        """An event type this adapter does not know and that carries no call data: the
+        provider may add event types, so it is ignored, counted and recorded as an anomaly."""
+        self.unknown_events += 1
+        self.anomaly(f"unknown {self.unit} type {shown(kind)!r} ignored")
+        return []
 
     def unknown(self, kind: object) -> AdapterError:
         """The error of an event type this adapter does not know (it fails the stream)."""
@@ -290,10 +310,11 @@ class StreamAdapter(ABC):
     def response_ended(
         self, response_id: str, status: ResponseStatus, reason: str, *, inert: int = 0
     ) -> ResponseEnded:
-        """The response ended; ``inert`` counts its calls ended without a trusted terminal
-        (said in the reason when there are any)."""
+        """The response ended with ``status`` and ``reason`` (a short code, see
+        :mod:`processor.adapters.verdicts`); ``inert`` counts its calls left without a trusted
+        terminal (recorded as an anomaly; the reason stays a code)."""
         if inert:
-            reason = f"{reason}; {inert} call(s) without a trusted terminal made inert"
+            self.anomaly(f"{inert} call(s) without a trusted terminal made inert")
         return self._build(
             ResponseEnded,
             event_id=self._event_id(response_id, "response.ended"),

@@ -12,15 +12,23 @@ Input is the event dicts boto3's ``converse_stream()`` yields (one key per event
   ``seq``); ``delta.text`` and other kinds are not published.
 * ``contentBlockStop`` is the call's terminal. A call that received no input gets the delta
   ``{}``.
-* ``messageStop{stopReason}`` ends the response; ``metadata`` (usage) is ignored.
-* ``…Exception`` events (and an eventstream ``error`` frame) end the response as failed.
-  Content outside a message (after an exception or a ``messageStop``) is ignored.
+* ``messageStop{stopReason}`` is the provider's end event; :data:`STOP_REASONS` judges the
+  reason (one rule, :mod:`processor.adapters.verdicts`): ``end_turn``, ``tool_use`` and
+  ``stop_sequence`` end the response ``completed``; ``max_tokens``, a guardrail, a content
+  filter, malformed output and any reason not in the table void it, with the raw reason.
+  ``metadata`` (usage) is ignored.
+* ``…Exception`` events (and an eventstream ``error`` frame) end the response ``error``, the
+  reason being the exception's name. Content outside a message (after an exception or a
+  ``messageStop``) is ignored.
 
 A block's ``contentBlockStop`` is trusted once the model has moved on (a later block starts or
-streams) or the message stopped normally. Under ``stopReason`` ``max_tokens`` (or a guardrail or
-content filter) the last stopped block stays open and becomes inert with the rest, because the cut
-may have fallen inside it. A conflicting start (another name or id for a block) makes the response
-inert; a repeated identical start or stop is ignored. An event the adapter cannot read raises
+streams) or the message stopped normally. Under a voiding ``stopReason`` the last stopped block
+stays open and becomes inert with the rest, because the cut may have fallen inside it; every
+other ended call waits in the Assembler for the ``completed`` verdict. A conflicting start
+(another name or id for a block) makes the response inert; a repeated identical start or stop is
+ignored. An event of an unknown type is ignored and counted (``unknown_events``: the service adds
+event types); a delta of another kind than ``toolUse`` on a tool block is unknown content inside
+the call, whose terminal is then withheld. An event the adapter cannot read raises
 :class:`AdapterError`; the adapter then refuses the rest of the stream and ends the open response
 as ``error``.
 """
@@ -40,21 +48,30 @@ from processor.adapters.eventstream import (
     message_to_event,
 )
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields
+from processor.adapters.verdicts import StopTable, normal, voiding
 from processor.core.errors import AdapterError
 from processor.core.events import FragmentEvent, ResponseStatus
 
 _EVENT_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
 _F: Final = Fields("bedrock")
-_STOP_STATUS: Final[dict[str, ResponseStatus]] = {
-    "end_turn": ResponseStatus.COMPLETED,
-    "tool_use": ResponseStatus.COMPLETED,
-    "stop_sequence": ResponseStatus.COMPLETED,
-    "max_tokens": ResponseStatus.INCOMPLETE,
-    "model_context_window_exceeded": ResponseStatus.INCOMPLETE,
-    "guardrail_intervened": ResponseStatus.FAILED,
-    "content_filtered": ResponseStatus.FAILED,
-}
+STOP_REASONS: Final = StopTable(
+    provider="Amazon Bedrock ConverseStream",
+    read_from="messageStop.stopReason",
+    rules={
+        "end_turn": normal("the model finished its turn"),
+        "tool_use": normal("the model calls tools"),
+        "stop_sequence": normal("a stop sequence was generated"),
+        "max_tokens": voiding(ResponseStatus.INCOMPLETE, "the output token limit was reached"),
+        "model_context_window_exceeded": voiding(
+            ResponseStatus.INCOMPLETE, "the context window was filled"
+        ),
+        "guardrail_intervened": voiding(ResponseStatus.FAILED, "a guardrail intervened"),
+        "content_filtered": voiding(ResponseStatus.FAILED, "a content filter removed output"),
+        "malformed_model_output": voiding(ResponseStatus.FAILED, "the model output is malformed"),
+        "malformed_tool_use": voiding(ResponseStatus.FAILED, "a tool use is malformed"),
+    },
+)
 
 
 class _InertError(AdapterError):
@@ -80,11 +97,16 @@ class BedrockConverseAdapter(StreamAdapter):
     """One Bedrock ConverseStream (or several, concatenated)."""
 
     provider: ClassVar[str] = "bedrock"
-    cut_reason = "stream ended before messageStop"
     refusal = "ignore"
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
-        super().__init__(ctx, now=now)
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
+        super().__init__(ctx, now=now, alternative=alternative)
         self._message: _Message | None = None
         self._decoder = EventStreamDecoder()
         self._handlers: dict[str, Handler] = {
@@ -129,7 +151,7 @@ class BedrockConverseAdapter(StreamAdapter):
             return self._exception(name)
         handler = self._handlers.get(name)
         if handler is None:
-            raise _F.bad("unknown event type")
+            return self.ignore_unknown(name)
         if not isinstance(body, dict):
             raise _F.bad("event body is not an object")
         try:
@@ -139,12 +161,12 @@ class BedrockConverseAdapter(StreamAdapter):
 
     def _inert(self, exc: _InertError) -> list[FragmentEvent]:
         self.anomaly(f"response made inert: {exc.detail}")
-        return self._end_open(ResponseStatus.ERROR, f"{exc.reason}: {exc.detail}")
+        return self._end_open(ResponseStatus.ERROR, exc.reason)
 
     def _exception(self, name: str) -> list[FragmentEvent]:
         shown = name if name == STREAM_ERROR_EVENT or _EVENT_NAME.fullmatch(name) else "unknown"
         self.anomaly(f"provider exception ({shown})")
-        return self._end_open(ResponseStatus.FAILED, f"provider_exception: {shown}")
+        return self._end_open(ResponseStatus.ERROR, shown)
 
     def _message_start(self, _body: dict[str, Any]) -> list[FragmentEvent]:
         out: list[FragmentEvent] = []
@@ -207,6 +229,9 @@ class BedrockConverseAdapter(StreamAdapter):
             raise _F.bad("contentBlockDelta without a delta object")
         tool_use = delta.get("toolUse")
         if tool_use is None:
+            call = message.calls.get(index)
+            if call is not None and not call.extra.get("stopped"):
+                self.withhold(call, "a delta of another kind in a tool block")
             return out
         text = tool_use.get("input") if isinstance(tool_use, dict) else None
         if not isinstance(text, str):
@@ -242,7 +267,9 @@ class BedrockConverseAdapter(StreamAdapter):
     def _confirm_stopped(self, message: _Message) -> list[FragmentEvent]:
         """The model moved on: stopped blocks were not cut, their terminals are trusted."""
         ended: list[FragmentEvent] = [
-            self.ended(call, "contentBlockStop") for call in message.stopped_unconfirmed
+            self.ended(call, "contentBlockStop")
+            for call in message.stopped_unconfirmed
+            if not call.withheld
         ]
         message.stopped_unconfirmed.clear()
         return ended
@@ -254,14 +281,11 @@ class BedrockConverseAdapter(StreamAdapter):
         if message is None or message.finished:
             self.anomaly("messageStop outside a message ignored")
             return []
-        reason = body.get("stopReason")
-        known = isinstance(reason, str) and reason in _STOP_STATUS
-        word = reason if known and isinstance(reason, str) else "unknown"
-        status = _STOP_STATUS.get(word, ResponseStatus.INCOMPLETE)
+        status, reason = STOP_REASONS.judge(body.get("stopReason"))
         out: list[FragmentEvent] = []
         if status is ResponseStatus.COMPLETED:
             out.extend(self._confirm_stopped(message))
-        out.append(self._finish(message, status, f"stop_reason={word}"))
+        out.append(self._finish(message, status, reason))
         return out
 
     def _finish(self, message: _Message, status: ResponseStatus, reason: str) -> FragmentEvent:

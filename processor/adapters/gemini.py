@@ -1,8 +1,8 @@
 """Gemini / Vertex AI ``streamGenerateContent`` chunks → fragment events.
 
 A chunk is ``{"candidates": [{"content": {"parts": [...]}, "finishReason": ...}], "responseId":
-..., "usageMetadata": ...}``. Only the first candidate (``index`` 0) is read; text and thoughts
-are not published. A ``functionCall`` part takes one of three shapes:
+..., "usageMetadata": ...}``. Text and thoughts are not published. A ``functionCall`` part
+takes one of three shapes:
 
 * classic whole call ``{name, args}`` (Gemini API): started, one delta ``orjson.dumps(args)``,
   ended, at once;
@@ -18,16 +18,36 @@ they arrive (see its docstring), so the Assembler's deltas concatenate to the ar
 item that cannot be written in document order makes the response inert (``response.ended`` status
 ``error``) instead of producing wrong JSON.
 
+Candidates (``candidateCount > 1``) are alternatives of one request, and at most one may act
+(:mod:`processor.adapters.verdicts`): the candidate whose ``index`` is the adapter's
+``alternative`` (default 0) uses the response id; every other candidate ``i`` is its own response
+``<id>~alt<i>``, whose calls are started and streamed but never ended, and which ends
+``not_chosen`` / ``alternative``. Each candidate ends at its own ``finishReason``.
+
 Identity: ``responseId`` when present, else a deterministic id from the turn and this adapter's
 response counter; ``item_id`` is the call's position in its response; ``call_id`` is
 ``functionCall.id`` when present, else ``"{response_id}:{position}"``. Gemini has no sequence
 numbers, so deltas take arrival order.
 
-Safety rules: an implicit terminal is trusted only once the model has moved on (a later part) or
-the response finished with ``STOP``; under ``MAX_TOKENS``, ``SAFETY`` and the like it stays open
-and becomes inert through ``response.ended``, since the cut may have fallen on that very part. A
-chunk the adapter cannot read raises :class:`AdapterError`; the adapter then refuses the rest of
-the stream and ends the open response as ``error`` (at ``close()`` or the next ``feed``).
+Verdicts (one rule, :mod:`processor.adapters.verdicts`): :data:`STOP_REASONS` judges each
+candidate's ``finishReason``; only ``STOP`` ends it ``completed``, every other reason (and a
+reason not in the table) voids it with the raw reason; a blocked prompt ends it ``failed`` with
+the ``blockReason``; an ``error`` chunk ends it ``failed`` with the error status. An implicit
+terminal is trusted only once the model has moved on (a later part) or the candidate finished
+with ``STOP``; a call whose part arrives in the same chunk as a voiding ``finishReason`` (a whole
+call flagged ``MALFORMED_FUNCTION_CALL``, say) gets no terminal at all, since the verdict may
+concern that very part. A call that ended earlier waits in the Assembler for the verdict.
+
+Finals reconcile: whole ``args`` repeating a streamed call's id become that call's
+``call.ended`` cross-check when its terminal has not been emitted yet (the Assembler fails it
+``arguments_mismatch`` if they differ from the streamed text), and must mean the same JSON when
+it has, or the response ends ``error`` / ``arguments_mismatch``.
+
+Extensibility: a chunk with none of the known top-level keys is ignored and counted
+(``unknown_events``); an unknown field in a ``functionCall`` withholds that call's terminal, an
+unknown field in a partial argument makes the response inert. A chunk the adapter cannot read
+raises :class:`AdapterError`; the adapter then refuses the rest of the stream and ends the open
+response as ``error`` (at ``close()`` or the next ``feed``).
 """
 
 from __future__ import annotations
@@ -42,7 +62,16 @@ from typing import Any, ClassVar, Final
 import orjson
 
 from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
-from processor.adapters.fields import MAX_NAME, Fields
+from processor.adapters.fields import MAX_NAME, Fields, shown
+from processor.adapters.verdicts import (
+    ALTERNATIVE,
+    ARGUMENTS_MISMATCH,
+    StopTable,
+    alternative_response_id,
+    is_chosen,
+    normal,
+    voiding,
+)
 from processor.core.errors import AdapterError
 from processor.core.events import FragmentEvent, ResponseStatus
 
@@ -64,22 +93,37 @@ _PATH_STEP: Final = re.compile(
 _UNESCAPE: Final = re.compile(r"\\(.)")
 _ENUM_WORD: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
-_FINISH_STATUS: Final[dict[str, ResponseStatus]] = {
-    "STOP": ResponseStatus.COMPLETED,
-    "MAX_TOKENS": ResponseStatus.INCOMPLETE,
-    "OTHER": ResponseStatus.INCOMPLETE,
-    "FINISH_REASON_UNSPECIFIED": ResponseStatus.INCOMPLETE,
-    "SAFETY": ResponseStatus.FAILED,
-    "RECITATION": ResponseStatus.FAILED,
-    "LANGUAGE": ResponseStatus.FAILED,
-    "BLOCKLIST": ResponseStatus.FAILED,
-    "PROHIBITED_CONTENT": ResponseStatus.FAILED,
-    "SPII": ResponseStatus.FAILED,
-    "IMAGE_SAFETY": ResponseStatus.FAILED,
-    "MALFORMED_FUNCTION_CALL": ResponseStatus.FAILED,
-    "UNEXPECTED_TOOL_CALL": ResponseStatus.FAILED,
-    "TOO_MANY_TOOL_CALLS": ResponseStatus.FAILED,
-}
+_SAFETY = ResponseStatus.FAILED
+STOP_REASONS: Final = StopTable(
+    provider="Gemini / Vertex AI",
+    read_from="candidates[].finishReason",
+    rules={
+        "STOP": normal("natural stop or stop sequence; function calls end so"),
+        "MAX_TOKENS": voiding(ResponseStatus.INCOMPLETE, "the output token limit was reached"),
+        "SAFETY": voiding(_SAFETY, "flagged for safety"),
+        "RECITATION": voiding(_SAFETY, "flagged for recitation"),
+        "LANGUAGE": voiding(_SAFETY, "unsupported language"),
+        "BLOCKLIST": voiding(_SAFETY, "forbidden terms"),
+        "PROHIBITED_CONTENT": voiding(_SAFETY, "prohibited content"),
+        "SPII": voiding(_SAFETY, "sensitive personal information"),
+        "IMAGE_SAFETY": voiding(_SAFETY, "generated image flagged for safety"),
+        "IMAGE_PROHIBITED_CONTENT": voiding(_SAFETY, "generated image prohibited"),
+        "IMAGE_RECITATION": voiding(_SAFETY, "generated image flagged for recitation"),
+        "IMAGE_OTHER": voiding(_SAFETY, "image generation stopped for another reason"),
+        "NO_IMAGE": voiding(_SAFETY, "an image was expected and none was generated"),
+        "MALFORMED_FUNCTION_CALL": voiding(_SAFETY, "the generated function call is invalid"),
+        "UNEXPECTED_TOOL_CALL": voiding(_SAFETY, "a tool call where no tool was enabled"),
+        "TOO_MANY_TOOL_CALLS": voiding(_SAFETY, "too many consecutive tool calls"),
+        "MISSING_THOUGHT_SIGNATURE": voiding(_SAFETY, "a thought signature was missing"),
+        "MALFORMED_RESPONSE": voiding(_SAFETY, "the response could not be parsed"),
+        "OTHER": voiding(_SAFETY, "stopped for another reason"),
+        "FINISH_REASON_UNSPECIFIED": voiding(_SAFETY, "unspecified"),
+    },
+)
+_FUNCTION_CALL_KEYS: Final = frozenset({"name", "args", "id", "partialArgs", "willContinue"})
+_PARTIAL_ARG_KEYS: Final = frozenset(
+    {"jsonPath", "willContinue", "stringValue", "numberValue", "boolValue", "nullValue"}
+)
 _KNOWN_CHUNK_KEYS: Final = frozenset(
     {"candidates", "usageMetadata", "promptFeedback", "responseId", "modelVersion", "createTime"}
 )
@@ -210,6 +254,8 @@ class PartialArgsWriter:
     def _item(self, item: object) -> str:
         if not isinstance(item, dict) or not isinstance(item.get("jsonPath"), str):
             raise PartialArgsError("bad_partial_args", "partial argument without a jsonPath")
+        if not _PARTIAL_ARG_KEYS.issuperset(item):
+            raise PartialArgsError("bad_partial_args", "partial argument with an unknown field")
         path = parse_json_path(item["jsonPath"])
         value = _item_value(item)
         more = item.get("willContinue") is True
@@ -290,17 +336,21 @@ class _StreamedCall:
     call: OpenCall
     writer: PartialArgsWriter
     provider_id: str | None
+    withheld: bool = False
 
 
 @dataclass
 class _Response:
+    """One candidate of one provider response: its calls and its verdict."""
+
     response_id: str
-    provider_id: str | None
+    chosen: bool
     next_item: int = 0
     open: _StreamedCall | None = None
     abandoned: int = 0
     deferred: list[OpenCall] = field(default_factory=list)
-    known_ids: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    # provider call id → (tool, whole args text) of a whole call, or the streamed call itself
+    known_ids: dict[str, tuple[str, str] | OpenCall] = field(default_factory=dict)
     finished: bool = False
 
     @property
@@ -309,26 +359,49 @@ class _Response:
         return self.abandoned + len(self.deferred) + (1 if self.open is not None else 0)
 
 
+@dataclass
+class _Group:
+    """One provider response (one ``responseId``): its candidates, each an alternative."""
+
+    response_id: str
+    provider_id: str | None
+    candidates: dict[int, _Response] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.candidates) and all(c.finished for c in self.candidates.values())
+
+
 class GeminiAdapter(StreamAdapter):
     """One Gemini / Vertex ``streamGenerateContent`` stream (or several, concatenated)."""
 
     provider: ClassVar[str] = "gemini"
     unit = "chunk"
-    cut_reason = "stream ended before finishReason"
     refusal = "ignore"
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
-        super().__init__(ctx, now=now)
-        self._current: _Response | None = None
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
+        super().__init__(ctx, now=now, alternative=alternative)
+        self._current: _Group | None = None
         self._finished_ids: set[str] = set()
 
     # -- the stream --------------------------------------------------------------------------
 
     def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
-        resp = self._current
-        if resp is None or resp.finished:
+        group = self._current
+        if group is None:
             return []
-        return [self._finish(resp, status, reason)]
+        out = [
+            self._finish(group, resp, status, reason)
+            for resp in group.candidates.values()
+            if not resp.finished
+        ]
+        return out
 
     # -- chunks ----------------------------------------------------------------------------
 
@@ -336,120 +409,134 @@ class GeminiAdapter(StreamAdapter):
         if "error" in chunk:
             return self._provider_error(chunk["error"])
         if not _KNOWN_CHUNK_KEYS.intersection(chunk):
-            raise _F.bad("unknown chunk (no candidates, usage or response id)")
+            return self.ignore_unknown("chunk without candidates, usage or response id")
         provider_id = _F.opt_text(chunk, "responseId", _MAX_PROVIDER_ID)
-        candidate = self._primary_candidate(chunk)
-        blocked = _prompt_blocked(chunk)
-        if candidate is None and not blocked:
+        candidates = _candidates(chunk)
+        blocked = _block_reason(chunk)
+        if not candidates and blocked is None:
             return []
         out: list[FragmentEvent] = []
-        resp = self._response_for(provider_id, out)
-        if resp is None:
+        group = self._group_for(provider_id, out)
+        if group is None:
             return out
-        if candidate is None:
-            out.append(self._finish(resp, ResponseStatus.FAILED, "prompt_blocked"))
+        if not candidates:
+            if not group.candidates:
+                self._candidate_response(group, self.alternative or 0)
+            out.extend(self._end_open(ResponseStatus.FAILED, shown(blocked, "prompt_blocked")))
             return out
-        try:
-            self._candidate(resp, candidate, out)
-        except PartialArgsError as exc:
-            self.anomaly(f"response made inert: {exc.detail}")
-            out.append(self._finish(resp, ResponseStatus.ERROR, f"{exc.reason}: {exc.detail}"))
+        for index, candidate in candidates:
+            resp = group.candidates.get(index)
+            if resp is None:
+                resp = self._candidate_response(group, index)
+            if resp.finished:
+                self.anomaly("chunk for a candidate that already finished ignored")
+                continue
+            try:
+                self._candidate(group, resp, candidate, out)
+            except PartialArgsError as exc:
+                self.anomaly(f"response made inert: {exc.detail}")
+                out.append(self._finish(group, resp, ResponseStatus.ERROR, exc.reason))
         return out
 
-    def _primary_candidate(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
-        candidates = chunk.get("candidates")
-        if candidates is None:
-            return None
-        if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
-            raise _F.bad("candidates is not a list of objects")
-        if len(candidates) > 1:
-            self.anomaly("only candidate 0 is read")
-        for candidate in candidates:
-            if candidate.get("index", 0) == 0:
-                result: dict[str, Any] = candidate
-                return result
-        return None
+    def _candidate_response(self, group: _Group, index: int) -> _Response:
+        chosen = is_chosen(self.alternative, index)
+        rid = group.response_id if chosen else alternative_response_id(group.response_id, index)
+        resp = group.candidates[index] = _Response(response_id=rid, chosen=chosen)
+        return resp
 
-    def _response_for(self, provider_id: str | None, out: list[FragmentEvent]) -> _Response | None:
+    def _group_for(self, provider_id: str | None, out: list[FragmentEvent]) -> _Group | None:
         current = self._current
         if current is not None and not current.finished:
             if provider_id is None or provider_id == current.provider_id:
                 return current
             self.anomaly("a new responseId arrived before finishReason")
-            out.append(self._finish(current, ResponseStatus.INCOMPLETE, "superseded"))
+            out.extend(self._end_open(ResponseStatus.INCOMPLETE, "superseded"))
         if provider_id is not None and provider_id in self._finished_ids:
             self.anomaly("chunk ignored: its response already finished")
             return None
         response_id = self.next_response_id("response", provider_id)
-        self._current = _Response(response_id=response_id, provider_id=provider_id)
+        self._current = _Group(response_id=response_id, provider_id=provider_id)
         return self._current
 
     def _provider_error(self, error: object) -> list[FragmentEvent]:
         status = error.get("status") if isinstance(error, dict) else None
         word = status if isinstance(status, str) and _ENUM_WORD.fullmatch(status) else "unknown"
         self.anomaly(f"provider error chunk ({word})")
-        return self._end_open(ResponseStatus.FAILED, f"provider_error: {word}")
+        return self._end_open(ResponseStatus.FAILED, word)
 
     def _candidate(
-        self, resp: _Response, candidate: dict[str, Any], out: list[FragmentEvent]
+        self, group: _Group, resp: _Response, candidate: dict[str, Any], out: list[FragmentEvent]
     ) -> None:
-        """Append the candidate's events part by part, so an inert ending keeps earlier ones."""
+        """Append the candidate's events part by part, so an inert ending keeps earlier ones.
+
+        A call whose part arrives in the same chunk as a voiding ``finishReason`` gets no
+        terminal (the verdict may concern that very part), nor does a call of an alternative
+        that may not act.
+        """
         finish = candidate.get("finishReason")
         if finish is not None and not isinstance(finish, str):
             raise _F.bad("finishReason is not a string")
-        status = _FINISH_STATUS.get(finish, ResponseStatus.INCOMPLETE) if finish else None
-        trusted = status in (None, ResponseStatus.COMPLETED)
+        status = STOP_REASONS.judge(finish)[0] if finish else None
+        may_end = resp.chosen and status in (None, ResponseStatus.COMPLETED)
         for part in _parts(candidate):
-            out.extend(self._part(resp, part, trusted))
-        if finish is not None and status is not None:
-            out.extend(self._finish_reason(resp, finish, status))
+            out.extend(self._part(resp, part, may_end))
+        if finish is not None:
+            out.extend(self._finish_reason(group, resp, finish))
 
     # -- parts -----------------------------------------------------------------------------
 
-    def _part(self, resp: _Response, part: dict[str, Any], trusted: bool) -> list[FragmentEvent]:
+    def _part(self, resp: _Response, part: dict[str, Any], may_end: bool) -> list[FragmentEvent]:
         fc = part.get("functionCall")
+        if fc is not None and not isinstance(fc, dict):
+            raise _F.bad("functionCall is not an object")
+        if fc is not None and "args" in fc:
+            text = _whole_text(fc)
+            if self._is_duplicate(resp, _call_id(fc), _tool_name(fc), text):
+                return []  # a known call repeated (its final reconciled): the model did not move on
         out: list[FragmentEvent] = []
-        if trusted and (fc is not None or part.get("text")):
+        if may_end and (fc is not None or part.get("text")):
             out.extend(self._flush(resp))
         if fc is None:
             return out
-        if not isinstance(fc, dict):
-            raise _F.bad("functionCall is not an object")
+        if not _FUNCTION_CALL_KEYS.issuperset(fc):
+            self.anomaly("unknown field in a functionCall: call withheld")
+            may_end = False
         if "args" in fc:
-            out.extend(self._whole_call(resp, fc))
+            out.extend(self._whole_call(resp, fc, may_end))
         elif "name" in fc and not self._continues_open(resp, fc):
-            out.extend(self._start_streamed(resp, fc))
+            out.extend(self._start_streamed(resp, fc, may_end))
         else:
-            out.extend(self._continue_streamed(resp, fc))
+            out.extend(self._continue_streamed(resp, fc, may_end))
         return out
 
-    def _whole_call(self, resp: _Response, fc: dict[str, Any]) -> list[FragmentEvent]:
-        args = fc.get("args")
-        if args is None:
-            args = {}
-        if not isinstance(args, dict) or "partialArgs" in fc:
-            raise _F.bad("functionCall args is not an object")
-        try:
-            text = orjson.dumps(args).decode()
-        except orjson.JSONEncodeError:
-            raise _F.bad("functionCall args cannot be encoded") from None
+    def _whole_call(
+        self, resp: _Response, fc: dict[str, Any], may_end: bool
+    ) -> list[FragmentEvent]:
+        text = _whole_text(fc)
         provider_id = _call_id(fc)
-        if self._is_duplicate(resp, provider_id, _tool_name(fc), text):
-            return []
         self._abandon_open(resp)
         call = self._new_call(resp, fc, provider_id, text)
-        return [self.started(call), self.delta(call, text), self.ended(call, "whole", text)]
+        out: list[FragmentEvent] = [self.started(call), self.delta(call, text)]
+        if may_end:
+            out.append(self.ended(call, "whole", text))
+        else:
+            resp.abandoned += 1
+        return out
 
-    def _start_streamed(self, resp: _Response, fc: dict[str, Any]) -> list[FragmentEvent]:
+    def _start_streamed(
+        self, resp: _Response, fc: dict[str, Any], may_end: bool
+    ) -> list[FragmentEvent]:
         provider_id = _call_id(fc)
         if self._is_duplicate(resp, provider_id, _tool_name(fc), None):
             return []
         self._abandon_open(resp)
         call = self._new_call(resp, fc, provider_id, None)
         resp.open = _StreamedCall(call, PartialArgsWriter(), provider_id)
-        return [self.started(call), *self._continue_streamed(resp, fc)]
+        return [self.started(call), *self._continue_streamed(resp, fc, may_end)]
 
-    def _continue_streamed(self, resp: _Response, fc: dict[str, Any]) -> list[FragmentEvent]:
+    def _continue_streamed(
+        self, resp: _Response, fc: dict[str, Any], may_end: bool
+    ) -> list[FragmentEvent]:
         streamed = resp.open
         partial = fc.get("partialArgs")
         terminal = fc.get("willContinue") is not True
@@ -458,24 +545,34 @@ class GeminiAdapter(StreamAdapter):
                 self.anomaly("functionCall continuation without an open call ignored")
             return []
         self._check_identity(streamed, fc)
+        if not may_end and not _FUNCTION_CALL_KEYS.issuperset(fc):
+            streamed.withheld = True
         text = streamed.writer.feed(partial) if partial is not None else ""
         if terminal:
             text += streamed.writer.finish()
-        out: list[FragmentEvent] = [self.delta(streamed.call, text)] if text else []
+        out: list[FragmentEvent] = []
+        if text:
+            streamed.call.extra.setdefault("text", []).append(text)
+            out.append(self.delta(streamed.call, text))
         if terminal:
             resp.open = None
-            out.extend(self._terminal(resp, streamed.call, explicit=_is_empty_call(fc)))
+            if streamed.withheld or not may_end:
+                resp.abandoned += 1
+            else:
+                out.extend(self._terminal(resp, streamed.call, explicit=_is_empty_call(fc)))
         return out
 
     def _terminal(self, resp: _Response, call: OpenCall, *, explicit: bool) -> list[FragmentEvent]:
         if explicit:
-            return [self.ended(call, "empty_function_call")]
+            return [self.ended(call, "empty_function_call", call.extra.get("final"))]
         resp.deferred.append(call)
         return []
 
     def _flush(self, resp: _Response) -> list[FragmentEvent]:
         """The model moved on (or finished with STOP): deferred implicit terminals are trusted."""
-        ended: list[FragmentEvent] = [self.ended(call, "last_part") for call in resp.deferred]
+        ended: list[FragmentEvent] = [
+            self.ended(call, "last_part", call.extra.get("final")) for call in resp.deferred
+        ]
         resp.deferred.clear()
         return ended
 
@@ -487,10 +584,11 @@ class GeminiAdapter(StreamAdapter):
         position = resp.next_item
         resp.next_item += 1
         tool = _tool_name(fc)
-        if provider_id is not None:
-            resp.known_ids[provider_id] = (tool, args)
         call_id = provider_id or f"{resp.response_id}:{position}"
-        return OpenCall(resp.response_id, str(position), call_id, tool)
+        call = OpenCall(resp.response_id, str(position), call_id, tool)
+        if provider_id is not None:
+            resp.known_ids[provider_id] = (tool, args) if args is not None else call
+        return call
 
     def _continues_open(self, resp: _Response, fc: dict[str, Any]) -> bool:
         """A part with a name continues the open call only when it repeats that call's id."""
@@ -512,10 +610,28 @@ class GeminiAdapter(StreamAdapter):
     def _is_duplicate(
         self, resp: _Response, provider_id: str | None, tool: str, args: str | None
     ) -> bool:
-        """A call id seen before in this response: the same call again, or a conflict."""
+        """A call id seen before in this response: the same call again, or a conflict.
+
+        Whole arguments repeating a streamed call (the provider's final after ``partialArgs``)
+        are reconciled: before that call's terminal they become its ``call.ended`` cross-check
+        (the Assembler fails it ``arguments_mismatch`` if they differ from the streamed text);
+        after it they must mean the same JSON, or the response ends ``arguments_mismatch``.
+        """
         if provider_id is None or provider_id not in resp.known_ids:
             return False
-        if resp.known_ids[provider_id] != (tool, args):
+        known = resp.known_ids[provider_id]
+        if isinstance(known, OpenCall):
+            if known.tool != tool:
+                raise PartialArgsError("identity_conflict", "a call id was reused for another call")
+            if args is None:
+                self.anomaly("duplicate functionCall part ignored")
+                return True
+            if known.ended and not _same_json("".join(known.extra.get("text", [])), args):
+                raise PartialArgsError(ARGUMENTS_MISMATCH, "whole args contradict the partials")
+            known.extra["final"] = args
+            self.anomaly("whole args repeating a streamed call: kept as its cross-check")
+            return True
+        if known != (tool, args):
             raise PartialArgsError("identity_conflict", "a call id was reused for another call")
         self.anomaly("duplicate functionCall part ignored")
         return True
@@ -528,24 +644,33 @@ class GeminiAdapter(StreamAdapter):
 
     # -- the end of a response -------------------------------------------------------------
 
-    def _finish_reason(
-        self, resp: _Response, finish: str, status: ResponseStatus
-    ) -> list[FragmentEvent]:
+    def _finish_reason(self, group: _Group, resp: _Response, finish: str) -> list[FragmentEvent]:
+        status, reason = STOP_REASONS.judge(finish)
         out: list[FragmentEvent] = []
-        if status is ResponseStatus.COMPLETED:
+        if status is ResponseStatus.COMPLETED and resp.chosen:
             out.extend(self._flush(resp))
-        word = finish if finish in _FINISH_STATUS else "unknown"
-        out.append(self._finish(resp, status, f"finish_reason={word}"))
+        out.append(self._finish(group, resp, status, reason))
         return out
 
-    def _finish(self, resp: _Response, status: ResponseStatus, reason: str) -> FragmentEvent:
+    def _finish(
+        self, group: _Group, resp: _Response, status: ResponseStatus, reason: str
+    ) -> FragmentEvent:
         inert = resp.unterminated
         resp.finished = True
         resp.open = None
         resp.deferred.clear()
-        if resp.provider_id is not None:
-            self._finished_ids.add(resp.provider_id)
+        if group.finished and group.provider_id is not None:
+            self._finished_ids.add(group.provider_id)
+        if not resp.chosen:
+            status, reason = ResponseStatus.NOT_CHOSEN, ALTERNATIVE
         return self.response_ended(resp.response_id, status, reason, inert=inert)
+
+
+def _same_json(first: str, second: str) -> bool:
+    try:
+        return bool(orjson.loads(first or "{}") == orjson.loads(second))
+    except orjson.JSONDecodeError:
+        return False
 
 
 # --------------------------------------------------------------------------- field readers
@@ -575,6 +700,33 @@ def _is_empty_call(fc: dict[str, Any]) -> bool:
     return not fc.get("name") and not fc.get("partialArgs") and "args" not in fc
 
 
-def _prompt_blocked(chunk: dict[str, Any]) -> bool:
+def _whole_text(fc: dict[str, Any]) -> str:
+    """The JSON text of a whole call's ``args`` (absent or null: ``{}``)."""
+    args = fc.get("args")
+    if args is None:
+        args = {}
+    if not isinstance(args, dict) or "partialArgs" in fc:
+        raise _F.bad("functionCall args is not an object")
+    try:
+        return orjson.dumps(args).decode()
+    except orjson.JSONEncodeError:
+        raise _F.bad("functionCall args cannot be encoded") from None
+
+
+def _block_reason(chunk: dict[str, Any]) -> object:
+    """``promptFeedback.blockReason`` (None when the prompt was not blocked)."""
     feedback = chunk.get("promptFeedback")
-    return isinstance(feedback, dict) and feedback.get("blockReason") is not None
+    return feedback.get("blockReason") if isinstance(feedback, dict) else None
+
+
+def _candidates(chunk: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """``(index, candidate)`` for every candidate of the chunk (``index`` absent: 0)."""
+    candidates = chunk.get("candidates")
+    if candidates is None:
+        return []
+    if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
+        raise _F.bad("candidates is not a list of objects")
+    indexed = [(_F.opt(c, "index", int, "a candidate") or 0, c) for c in candidates]
+    if len({index for index, _ in indexed}) != len(indexed):
+        raise _F.bad("two candidates of one chunk share an index")
+    return indexed

@@ -18,16 +18,26 @@ servers that copy the format (Groq, Mistral, GLM, vLLM, gateways):
   becomes inert with them if the stream is cut.
 * Names and ids are set once: a resent equal value and ``"name": ""`` are ignored; a different
   name is an anomaly and the call's terminal is withheld (it ends inert), never a rename.
-* Terminals. ``finish_reason`` ``tool_calls``, ``function_call`` or ``stop`` (a forced tool
-  ends with ``stop``) ends every call of that choice; a call that got no argument text gets the
-  delta ``{}``. ``length``, ``content_filter`` or any other reason leaves them open, and the
-  response's ``response.ended`` (``incomplete``, ``failed`` or ``error``) makes them inert.
-  ``response.ended`` is emitted once every choice seen has a ``finish_reason``, on a mid-stream
-  ``error`` payload (HTTP 200), or at ``close()`` (``error`` after a bad chunk, ``incomplete``
-  when some choice never finished). A choice first seen after that is ignored (fail closed).
+* Alternatives (``n > 1``). Each choice is an alternative of the same request, and at most one
+  may act (:mod:`processor.adapters.verdicts`): the choice whose index is the adapter's
+  ``alternative`` (default 0) uses the response id; every other choice ``i`` is its own response
+  ``<id>~alt<i>``, whose calls are started and streamed (the ledger records them) but never
+  ended, and whose ``response.ended`` is ``not_chosen`` / ``alternative``.
+* Terminals and verdicts. Chat Completions has no per-call terminal: a choice's
+  ``finish_reason`` is the end event of its calls and of its response, judged by
+  :data:`STOP_REASONS`. A normal reason (``tool_calls``, ``stop`` — a forced tool ends with
+  ``stop`` —, ``function_call``) ends every call of the chosen choice (a call that got no
+  argument text gets the delta ``{}``), then its response ``completed``. A voiding one
+  (``length``, ``content_filter``, any reason not in the table) ends the response with the
+  table's status and the raw reason, and its calls stay open and become inert. A mid-stream
+  ``error`` payload (HTTP 200) ends every open choice ``error``; ``close()`` ends every choice
+  that never finished (``error`` after a bad chunk, else ``incomplete`` / ``stream_cut``). A
+  choice first seen after every choice seen so far has finished is ignored (fail closed).
 
 Text, reasoning, refusals and usage are ignored. Custom (non-function) tool calls and the
-deprecated ``function_call`` delta are ignored with an anomaly. A chunk of the wrong structure
+deprecated ``function_call`` delta are ignored with an anomaly. A payload with an unknown
+``type`` and no ``choices`` carries no call data: it is ignored and counted
+(``unknown_events``). A chunk of the wrong structure
 raises :class:`AdapterError`; after that the adapter refuses further chunks and ``close()`` ends
 the open response with status ``error``.
 """
@@ -42,6 +52,14 @@ import orjson
 
 from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
+from processor.adapters.verdicts import (
+    ALTERNATIVE,
+    StopTable,
+    alternative_response_id,
+    is_chosen,
+    normal,
+    voiding,
+)
 from processor.core.events import FragmentEvent, ResponseStatus
 
 PROVIDER: Final = "openai-chat"
@@ -49,20 +67,20 @@ PROVIDER: Final = "openai-chat"
 _IMPLICIT: Final = "_"
 
 _HARMLESS_TYPES: Final = frozenset({"ping", "keepalive"})
-_ENDING_FINISH: Final = frozenset({"tool_calls", "function_call", "stop"})
-_FINISH_STATUS: Final = {
-    "length": ResponseStatus.INCOMPLETE,
-    "max_tokens": ResponseStatus.INCOMPLETE,
-    "model_length": ResponseStatus.INCOMPLETE,
-    "content_filter": ResponseStatus.FAILED,
-}
-_SEVERITY: Final = {
-    ResponseStatus.COMPLETED: 0,
-    ResponseStatus.INCOMPLETE: 1,
-    ResponseStatus.FAILED: 2,
-    ResponseStatus.CANCELLED: 2,
-    ResponseStatus.ERROR: 3,
-}
+STOP_REASONS: Final = StopTable(
+    provider="OpenAI Chat Completions",
+    read_from="choices[].finish_reason",
+    rules={
+        "tool_calls": normal("the model called tools"),
+        "stop": normal("natural stop or stop sequence; a forced tool call ends so"),
+        "function_call": normal("deprecated single function call"),
+        "length": voiding(ResponseStatus.INCOMPLETE, "max_tokens or the context was reached"),
+        "max_tokens": voiding(ResponseStatus.INCOMPLETE, "the token limit (compatible servers)"),
+        "model_length": voiding(ResponseStatus.INCOMPLETE, "the context limit (Mistral)"),
+        "content_filter": voiding(ResponseStatus.FAILED, "content omitted by a content filter"),
+        "error": voiding(ResponseStatus.ERROR, "a compatible server's mid-stream error"),
+    },
+)
 _F: Final = Fields(PROVIDER)
 
 
@@ -100,7 +118,10 @@ class _Entry:
 @dataclass
 class _Choice:
     index: int
+    response_id: str
+    chosen: bool
     finish: str | None = None
+    ended: bool = False
     entries: list[_Entry] = field(default_factory=list)
     slots: dict[str, _Entry] = field(default_factory=dict)
     generations: dict[str, int] = field(default_factory=dict)
@@ -120,11 +141,16 @@ class OpenAIChatAdapter(StreamAdapter):
 
     provider: ClassVar[str] = PROVIDER
     unit = "chunk"
-    cut_reason = "no finish_reason"
     failure_ending = "bad_chunk"
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
-        super().__init__(ctx, now=now)
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
+        super().__init__(ctx, now=now, alternative=alternative)
         self._current: _Response | None = None
         self._responses = 0
 
@@ -134,17 +160,13 @@ class OpenAIChatAdapter(StreamAdapter):
         current = self._current
         if current is None or current.ended:
             return []
-        return [self._end(current, status, reason)]
-
-    def _cut_ending(self) -> tuple[ResponseStatus, str]:
-        """Some choice never finished (else the response would have ended already): the worst
-        finish_reason seen when that is at least ``incomplete``, else ``no finish_reason``."""
-        current = self._current
-        if current is not None:
-            status, reason = self._verdict(current)
-            if _SEVERITY[status] >= _SEVERITY[ResponseStatus.INCOMPLETE]:
-                return status, reason
-        return super()._cut_ending()
+        out = [
+            self._end(current, choice, status, reason)
+            for choice in current.choices.values()
+            if not choice.ended
+        ]
+        current.ended = True
+        return out
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -155,7 +177,9 @@ class OpenAIChatAdapter(StreamAdapter):
         if kind is not None:
             if kind in _HARMLESS_TYPES:
                 return []
-            raise self.unknown(kind)
+            if "choices" in chunk:
+                raise self.unknown(kind)
+            return self.ignore_unknown(kind)
         choices = chunk.get("choices")
         if choices is None:
             self.anomaly("chunk without choices ignored")
@@ -189,13 +213,18 @@ class OpenAIChatAdapter(StreamAdapter):
 
     def _on_choice(self, response: _Response, raw: dict[str, Any]) -> list[FragmentEvent]:
         index = _F.opt(raw, "index", int, "a choice") or 0
-        choice = response.choices.setdefault(index, _Choice(index))
+        choice = response.choices.get(index)
+        if choice is None and not response.ended:
+            chosen = is_chosen(self.alternative, index)
+            rid = response.response_id
+            choice = _Choice(index, rid if chosen else alternative_response_id(rid, index), chosen)
+            response.choices[index] = choice
         delta = _F.opt(raw, "delta", dict, "a choice") or {}
         tool_calls = _F.opt(delta, "tool_calls", list, "a delta") or []
         finish = _F.opt(raw, "finish_reason", str, "a choice")
         if delta.get("function_call") is not None:
             self.anomaly("deprecated function_call delta ignored")
-        if response.ended or choice.finish is not None:
+        if choice is None or choice.ended:
             if tool_calls or finish:
                 self.anomaly("chunk after the choice finished ignored")
             return []
@@ -261,9 +290,8 @@ class OpenAIChatAdapter(StreamAdapter):
         if call is None:
             if entry.call_id is None or entry.tool is None:
                 return out
-            call = entry.call = OpenCall(
-                response.response_id, entry.item_id, entry.call_id, entry.tool
-            )
+            response_id = response.choices[entry.choice].response_id
+            call = entry.call = OpenCall(response_id, entry.item_id, entry.call_id, entry.tool)
             out.append(self.started(call))
         out.extend(self.delta(call, text) for text in entry.held)
         entry.held.clear()
@@ -272,16 +300,21 @@ class OpenAIChatAdapter(StreamAdapter):
     # -- finishing -------------------------------------------------------------------------
 
     def _on_finish(self, response: _Response, choice: _Choice, finish: str) -> list[FragmentEvent]:
+        """The choice's end event: its verdict, and its calls' terminals when it is normal."""
         choice.finish = finish
+        status, reason = STOP_REASONS.judge(finish)
         out: list[FragmentEvent] = []
-        if finish in _ENDING_FINISH:
-            for entry in choice.entries:
-                out.extend(self._end_entry(response, entry))
-        if all(c.finish is not None for c in response.choices.values()):
-            out.append(self._end(response, *self._verdict(response)))
+        for entry in choice.entries:
+            out.extend(self._end_entry(response, entry, status is ResponseStatus.COMPLETED))
+        out.append(self._end(response, choice, status, reason))
+        if all(c.ended for c in response.choices.values()):
+            response.ended = True
         return out
 
-    def _end_entry(self, response: _Response, entry: _Entry) -> list[FragmentEvent]:
+    def _end_entry(
+        self, response: _Response, entry: _Entry, normal_end: bool
+    ) -> list[FragmentEvent]:
+        """Release the entry's text; end the call only when its choice acts and ended normally."""
         if entry.tool is None:
             self.anomaly("call without a name dropped")
             return []
@@ -289,21 +322,11 @@ class OpenAIChatAdapter(StreamAdapter):
             entry.call_id = f"synthetic:{entry.item_id}"
         out = self._release(response, entry)
         call = entry.call
-        if call is None or call.ended or entry.withheld:
+        acts = normal_end and response.choices[entry.choice].chosen
+        if call is None or call.ended or entry.withheld or not acts:
             return out
         out.extend(self.end_call(call, "finish_reason"))
         return out
-
-    def _verdict(self, response: _Response) -> tuple[ResponseStatus, str]:
-        """The response's status: the worst finish_reason among its choices."""
-        status, reason = ResponseStatus.COMPLETED, "completed"
-        for choice in response.choices.values():
-            if choice.finish is None or choice.finish in _ENDING_FINISH:
-                continue
-            found = _FINISH_STATUS.get(choice.finish, ResponseStatus.ERROR)
-            if _SEVERITY[found] > _SEVERITY[status]:
-                status, reason = found, f"finish_reason={shown(choice.finish)}"
-        return status, reason
 
     def _on_error(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
         error = chunk.get("error")
@@ -314,9 +337,13 @@ class OpenAIChatAdapter(StreamAdapter):
             self.anomaly("error payload outside an open response")
         return ended
 
-    def _end(self, response: _Response, status: ResponseStatus, reason: str) -> FragmentEvent:
-        response.ended = True
-        for choice in response.choices.values():
-            if any(entry.call is None for entry in choice.entries):
-                self.anomaly("call that never got an id or a name dropped")
-        return self.response_ended(response.response_id, status, reason)
+    def _end(
+        self, response: _Response, choice: _Choice, status: ResponseStatus, reason: str
+    ) -> FragmentEvent:
+        """One choice's ``response.ended``; an alternative that may not act is ``not_chosen``."""
+        choice.ended = True
+        if any(entry.call is None for entry in choice.entries):
+            self.anomaly("call that never got an id or a name dropped")
+        if not choice.chosen:
+            status, reason = ResponseStatus.NOT_CHOSEN, ALTERNATIVE
+        return self.response_ended(choice.response_id, status, reason)

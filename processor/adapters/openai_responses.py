@@ -13,17 +13,30 @@ This module owns the reading of the Responses event vocabulary:
   reordering withholds the terminal of every call open at that point, so they end inert.
 * Terminals. ``response.function_call_arguments.done`` or, if that never came, a completed
   ``response.output_item.done`` ends a call, carrying the provider's full ``arguments`` as the
-  cross-check. A call that got no argument text at all gets the delta ``{}``.
-* Response ends. ``response.completed`` / ``response.incomplete`` / ``response.failed``, a
-  mid-stream ``error`` event, a second ``response.created`` while the response is still open
-  (a splice), a bad chunk, or the end of the stream give one ``response.ended`` per response;
-  every call still open then is inert. Several concatenated streams (each starting with
-  ``response.created``, ``sequence_number`` restarting) are several responses.
+  cross-check (the Assembler compares it with the streamed text). A call that got no argument
+  text at all gets the delta ``{}``. The provider repeats the final arguments: whichever of the
+  two finals comes second is compared with the first (or, when the first carried none, with the
+  streamed text), as JSON; if they disagree the response ends ``error`` /
+  ``arguments_mismatch`` at once, so the call never acts. A ``function_call`` item done with a
+  status other than ``completed`` after its call ended forbids a ``completed`` ending: a later
+  ``response.completed`` ends the response ``error`` / ``item_incomplete``.
+* Response ends (one rule, :mod:`processor.adapters.verdicts`). Only ``response.completed``
+  ends a response ``completed``. ``response.incomplete`` is judged by
+  ``incomplete_details.reason`` in :data:`STOP_REASONS` (never normal); ``response.failed``
+  and a mid-stream ``error`` event end it ``failed`` / ``error`` with the provider's error code;
+  a second ``response.created`` while the response is still open (a splice), a bad chunk, or the
+  end of the stream end it voiding too. One ``response.ended`` per response; every call still
+  open then is inert, and a call that ended waits in the Assembler for ``completed``. Several
+  concatenated streams (each starting with ``response.created``, ``sequence_number``
+  restarting) are several responses.
 
 Reasoning, text, refusal, audio and hosted-tool events are ignored; ``custom_tool_call`` and
-``computer_call`` items are not function calls and are ignored with an anomaly. Any other event
-type, or a known one with the wrong structure, raises :class:`AdapterError`; after that the
-adapter refuses further chunks and ``close()`` ends every open response with status ``error``.
+``computer_call`` items are not function calls and are ignored with an anomaly. An event of an
+unknown type is ignored and counted (``unknown_events``): the API adds event types. If it
+belongs to the function-call vocabulary (``response.function_call…``) or names a call's
+``item_id``, it is unknown content inside that call, and the call's terminal is withheld. A known
+event with the wrong structure raises :class:`AdapterError`; after that the adapter refuses
+further chunks and ``close()`` ends every open response with status ``error``.
 """
 
 from __future__ import annotations
@@ -32,8 +45,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
+import orjson
+
 from processor.adapters.base import Handler, OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
+from processor.adapters.verdicts import (
+    ARGUMENTS_MISMATCH,
+    SPLICED,
+    StopTable,
+    normal,
+    voiding,
+)
 from processor.core.events import FragmentEvent, ResponseStatus
 
 PROVIDER: Final = "openai-responses"
@@ -57,6 +79,21 @@ _HARMLESS_PREFIXES: Final = (
 )
 _UNSUPPORTED_ITEMS: Final = frozenset({"custom_tool_call", "computer_call"})
 _DELTA: Final = "response.function_call_arguments.delta"
+_CALL_EVENTS: Final = "response.function_call"
+_ITEM_INCOMPLETE: Final = "item_incomplete"
+STOP_REASONS: Final = StopTable(
+    provider="OpenAI Responses",
+    read_from="response.completed, or response.incomplete's incomplete_details.reason",
+    rules={
+        "completed": normal("response.completed"),
+        "max_output_tokens": voiding(
+            ResponseStatus.INCOMPLETE, "response.incomplete: the output token limit was hit"
+        ),
+        "content_filter": voiding(
+            ResponseStatus.FAILED, "response.incomplete: the content filter cut the output"
+        ),
+    },
+)
 _F: Final = Fields(PROVIDER)
 
 
@@ -72,6 +109,10 @@ class _Call(OpenCall):
     output_index: int | None = None
     # sequence_number → the seq its delta got, so a replayed delta keeps its event id
     positions: dict[int, int] = field(default_factory=dict)
+    text: list[str] = field(default_factory=list)
+    # the first provider final seen (arguments.done or output_item.done), for the second one
+    final: str | None = None
+    has_final: bool = False
 
 
 @dataclass
@@ -81,6 +122,8 @@ class _Response:
     last_sn: int | None = None
     calls: dict[str, _Call] = field(default_factory=dict)
     by_index: dict[int, _Call] = field(default_factory=dict)
+    # a reason found before the end that forbids a completed ending (a call's item incomplete)
+    voided: str | None = None
 
     def open_calls(self) -> list[_Call]:
         return [c for c in self.calls.values() if not c.ended]
@@ -90,11 +133,16 @@ class OpenAIResponsesAdapter(StreamAdapter):
     """One Responses stream (or several concatenated) → fragment events."""
 
     provider: ClassVar[str] = PROVIDER
-    cut_reason = "stream ended before the response"
     failure_ending = "bad_chunk"
 
-    def __init__(self, ctx: TurnContext, *, now: Callable[[], float] | None = None) -> None:
-        super().__init__(ctx, now=now)
+    def __init__(
+        self,
+        ctx: TurnContext,
+        *,
+        now: Callable[[], float] | None = None,
+        alternative: int | None = 0,
+    ) -> None:
+        super().__init__(ctx, now=now, alternative=alternative)
         self._responses: dict[str, _Response] = {}
         self._current: _Response | None = None
         self._handlers: dict[str, Handler] = {
@@ -116,11 +164,30 @@ class OpenAIResponsesAdapter(StreamAdapter):
         if not isinstance(kind, str):
             raise _F.bad("event has no type")
         handler = self._handlers.get(kind)
-        if handler is None and not _is_harmless(kind):
-            raise self.unknown(kind)
         if kind != "response.created" and self._is_replay(event):
             return self._on_replay(kind, event)
+        if handler is None and not _is_harmless(kind):
+            return self._on_unknown(kind, event)
         return handler(event) if handler is not None else []
+
+    def _on_unknown(self, kind: str, event: dict[str, Any]) -> list[FragmentEvent]:
+        """Ignored and counted; inside a call (its vocabulary or its item id) it withholds it."""
+        out = self.ignore_unknown(kind)
+        current = self._current
+        if current is None or current.ended:
+            return out
+        item_id = event.get("item_id")
+        call = current.calls.get(item_id) if isinstance(item_id, str) else None
+        if call is None and kind.startswith(_CALL_EVENTS):
+            output_index = event.get("output_index")
+            call = current.by_index.get(output_index) if isinstance(output_index, int) else None
+            if call is None:
+                for open_call in current.open_calls():
+                    self.withhold(open_call, "unknown function-call event")
+                return out
+        if call is not None:
+            self.withhold(call, "unknown event inside a call")
+        return out
 
     def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
         current = self._current
@@ -179,7 +246,7 @@ class OpenAIResponsesAdapter(StreamAdapter):
         out: list[FragmentEvent] = []
         if current is not None and not current.ended:
             self.anomaly("response.created while the previous response was open")
-            out.append(self._end(current, ResponseStatus.ERROR, "spliced response"))
+            out.append(self._end(current, ResponseStatus.ERROR, SPLICED))
         known = self._responses.get(response_id)
         if known is not None:
             self.anomaly("response.created for an earlier response ignored")
@@ -195,7 +262,9 @@ class OpenAIResponsesAdapter(StreamAdapter):
             return []
         if response.open_calls():
             self.anomaly("response completed with calls that never ended")
-        return [self._end(response, ResponseStatus.COMPLETED, "completed")]
+        if response.voided is not None:
+            return [self._end(response, ResponseStatus.ERROR, response.voided)]
+        return [self._end(response, *STOP_REASONS.judge("completed"))]
 
     def _on_incomplete(self, event: dict[str, Any]) -> list[FragmentEvent]:
         response = self._terminal_response(event)
@@ -203,7 +272,10 @@ class OpenAIResponsesAdapter(StreamAdapter):
             return []
         details = _F.obj(event, "response").get("incomplete_details")
         code = details.get("reason") if isinstance(details, dict) else None
-        return [self._end(response, ResponseStatus.INCOMPLETE, shown(code))]
+        status, reason = STOP_REASONS.judge(code)
+        if status is ResponseStatus.COMPLETED:  # an incomplete response is never normal
+            status = ResponseStatus.INCOMPLETE
+        return [self._end(response, status, reason)]
 
     def _on_failed(self, event: dict[str, Any]) -> list[FragmentEvent]:
         response = self._terminal_response(event)
@@ -302,6 +374,7 @@ class OpenAIResponsesAdapter(StreamAdapter):
             return []
         if not text:
             return []
+        call.text.append(text)
         delta = self.delta(call, text)
         sn = _F.opt(event, "sequence_number", int)
         if sn is not None:
@@ -311,10 +384,10 @@ class OpenAIResponsesAdapter(StreamAdapter):
     def _on_args_done(self, event: dict[str, Any]) -> list[FragmentEvent]:
         response = self._live()
         call = self._find(response, event) if response is not None else None
-        if call is None or call.ended:
+        if response is None or call is None:
             return []
         arguments = _F.opt(event, "arguments", str)
-        return self._finish_call(call, "response.function_call_arguments.done", arguments)
+        return self._final(response, call, "response.function_call_arguments.done", arguments)
 
     def _on_item_done(self, event: dict[str, Any]) -> list[FragmentEvent]:
         item = _F.obj(event, "item")
@@ -328,13 +401,31 @@ class OpenAIResponsesAdapter(StreamAdapter):
         if call is None:
             return []
         self._check_same(call, _F.opt(item, "call_id", str), _F.opt(item, "name", str))
+        arguments = _F.opt(item, "arguments", str)
+        if item.get("status") not in (None, "completed"):
+            if call.ended:
+                self.anomaly("function_call item done but not completed after its call ended")
+                response.voided = _ITEM_INCOMPLETE
+                return []
+            self.withhold(call, "function_call item done but not completed")
+            return []
+        return self._final(response, call, "response.output_item.done", arguments)
+
+    def _final(
+        self, response: _Response, call: _Call, terminal: str, arguments: str | None
+    ) -> list[FragmentEvent]:
+        """One provider final: the first ends the call, a later one must agree with it."""
+        if call.has_final:
+            first = call.final if call.final is not None else "".join(call.text)
+            if arguments is not None and not _same_json(first or "{}", arguments):
+                self.anomaly("two provider finals of one call disagree")
+                return [self._end(response, ResponseStatus.ERROR, ARGUMENTS_MISMATCH)]
+            return []
+        call.has_final = True
+        call.final = arguments or None
         if call.ended:
             return []
-        if item.get("status") not in (None, "completed"):
-            self.anomaly("function_call item done but not completed: call withheld")
-            return []
-        arguments = _F.opt(item, "arguments", str)
-        return self._finish_call(call, "response.output_item.done", arguments)
+        return self._finish_call(call, terminal, arguments)
 
     def _finish_call(
         self, call: _Call, terminal: str, arguments: str | None
@@ -344,3 +435,11 @@ class OpenAIResponsesAdapter(StreamAdapter):
             self.anomaly("terminal of a withheld call ignored")
             return []
         return self.end_call(call, terminal, empty=arguments or "{}", arguments=arguments or None)
+
+
+def _same_json(first: str, second: str) -> bool:
+    """Two argument texts mean the same JSON (unparseable text must match exactly)."""
+    try:
+        return bool(orjson.loads(first) == orjson.loads(second))
+    except orjson.JSONDecodeError:
+        return first == second

@@ -133,6 +133,12 @@ PUBLISHED_EVENTS: Final = Counter(
     "toolcall_published_events",
     "Fragment events published to the fragments topic by adapters.",
 )
+ADAPTER_UNKNOWN_EVENTS: Final = Counter(
+    "toolcall_adapter_unknown_events",
+    "Provider events of a type the adapter does not know, ignored (they named no call), by "
+    "provider. Read from the adapter's own counter by the process that publishes its events.",
+    ["provider"],
+)
 
 # -- executor client -----------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import pytest
 from processor.adapters.anthropic import AnthropicMessagesAdapter
 from processor.adapters.sse import iter_provider_events
 from processor.core.errors import AdapterError
-from processor.core.events import CallDelta, CallEnded, CallStarted
+from processor.core.events import CallDelta, CallEnded, CallStarted, ResponseEnded
 from tests.adapters.harness import (
     CTX,
     DATA,
@@ -70,6 +70,7 @@ def message_delta(stop_reason: str) -> dict[str, Any]:
 
 
 MESSAGE_STOP: dict[str, Any] = {"type": "message_stop"}
+END: list[dict[str, Any]] = [message_delta("tool_use"), MESSAGE_STOP]
 
 
 def call(tool: str, call_id: str, item_id: str, arguments: dict[str, Any],
@@ -116,7 +117,7 @@ def test_spliced_message_start_makes_the_first_message_inert() -> None:
     ]
     assert ended_call_ids(out) == ["toolu_second"]
     assert response_endings(out) == [
-        ("msg_first", "error", "spliced message"),
+        ("msg_first", "error", "spliced"),
         ("msg_second", "completed", "tool_use"),
     ]
 
@@ -157,13 +158,13 @@ def test_interleaved_parallel_tool_use_blocks() -> None:
 
 
 def test_no_argument_tool_use_gets_braces() -> None:
-    _, out = run([start(), tool_start(0, "toolu_a", "now"), part(0, ""), stop(0), MESSAGE_STOP])
+    _, out = run([start(), tool_start(0, "toolu_a", "now"), part(0, ""), stop(0), *END])
     assert [e.delta for e in out if isinstance(e, CallDelta)] == ["{}"]
     assert assembled_calls(out) == [call("now", "toolu_a", "0", {})]
 
 
 def test_input_given_in_block_start_without_deltas() -> None:
-    _, out = run([start(), tool_start(0, "toolu_a", "lookup", {"q": 1}), stop(0), MESSAGE_STOP])
+    _, out = run([start(), tool_start(0, "toolu_a", "lookup", {"q": 1}), stop(0), *END])
     assert assembled_calls(out) == [call("lookup", "toolu_a", "0", {"q": 1})]
 
 
@@ -208,14 +209,14 @@ def test_error_event_through_sse_framing() -> None:
 def test_truncated_mid_string_without_message_stop() -> None:
     _, out = run([start(), tool_start(0, "toolu_a", "write"), part(0, '{"text": "hel')])
     assert ended_call_ids(out) == []
-    assert response_endings(out) == [("msg_1", "incomplete", "stream ended before message_stop")]
+    assert response_endings(out) == [("msg_1", "incomplete", "stream_cut")]
 
 
 def test_block_stopped_before_a_cut_stays_ended() -> None:
     _, out = run([start(), tool_start(0, "toolu_a", "lookup"), part(0, "{}"), stop(0),
                   tool_start(1, "toolu_b", "lookup"), part(1, '{"q"')])  # fmt: skip
     assert ended_call_ids(out) == ["toolu_a"]
-    assert response_endings(out) == [("msg_1", "incomplete", "stream ended before message_stop")]
+    assert response_endings(out) == [("msg_1", "incomplete", "stream_cut")]
 
 
 def test_refusal_ends_the_message_failed() -> None:
@@ -235,10 +236,10 @@ def test_repeated_block_start_and_stop_are_ignored() -> None:
 def test_conflicting_block_start_withholds_the_call() -> None:
     adapter, out = run([start(), tool_start(0, "toolu_a", "read_file"),
                         tool_start(0, "toolu_b", "delete_file"), part(0, "{}"), stop(0),
-                        MESSAGE_STOP])  # fmt: skip
+                        message_delta("tool_use"), MESSAGE_STOP])  # fmt: skip
     assert ended_call_ids(out) == []
     assert [e.tool for e in out if isinstance(e, CallStarted)] == ["read_file"]
-    assert response_endings(out) == [("msg_1", "completed", "message_stop")]
+    assert response_endings(out) == [("msg_1", "completed", "tool_use")]
     assert "conflicting content_block_start: call withheld" in adapter.anomalies
 
 
@@ -251,15 +252,15 @@ def test_unexpected_delta_type_in_a_tool_block_withholds_the_call() -> None:
 
 def test_repeated_message_start_is_ignored() -> None:
     adapter, out = run([start(), tool_start(0, "toolu_a", "lookup"), start(), part(0, "{}"),
-                        stop(0), MESSAGE_STOP])  # fmt: skip
+                        stop(0), *END])  # fmt: skip
     assert assembled_calls(out) == [call("lookup", "toolu_a", "0", {})]
     assert adapter.anomalies == ["repeated message_start ignored"]
 
 
 def test_two_messages_in_sequence() -> None:
-    _, out = run([start("msg_1"), tool_start(0, "toolu_a", "lookup"), stop(0), MESSAGE_STOP,
+    _, out = run([start("msg_1"), tool_start(0, "toolu_a", "lookup"), stop(0), *END,
                   start("msg_2"), tool_start(0, "toolu_a", "lookup"), part(0, '{"q":2}'), stop(0),
-                  MESSAGE_STOP])  # fmt: skip
+                  *END])  # fmt: skip
     assert assembled_calls(out) == [
         call("lookup", "toolu_a", "0", {}, "msg_1"),
         call("lookup", "toolu_a", "0", {"q": 2}, "msg_2"),
@@ -293,7 +294,6 @@ BAD_CHUNKS: list[tuple[str, Any]] = [
     ("not json", '{"type": "content_block_delta", ' + SECRET),
     ("not an object", orjson.dumps(SECRET).decode()),
     ("no type", {"index": 0, "delta": {"partial_json": SECRET}}),
-    ("unknown type", {"type": "brand_new_event", "value": SECRET}),
     ("index missing", {"type": "content_block_delta", "delta": part(0, SECRET)["delta"]}),
     ("index a string", {**part(0, SECRET), "index": SECRET}),
     ("partial_json not a string", {**part(0, ""), "delta": {"type": "input_json_delta", "partial_json": [SECRET]}}),
@@ -326,3 +326,63 @@ def test_block_before_message_start_is_an_adapter_error() -> None:
     with pytest.raises(AdapterError):
         adapter.feed(tool_start(0, "toolu_a", "lookup"))
     assert adapter.close() == []
+
+
+# --------------------------------------------------------------------------- response verdicts
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "status"),
+    [("refusal", "failed"), ("max_tokens", "incomplete"), ("pause_turn", "incomplete")],
+)
+def test_a_stopped_tool_use_then_a_voiding_stop_reason_voids_the_message(
+    stop_reason: str, status: str
+) -> None:
+    """The call's own terminal arrived (call.ended), then the message is refused or cut: the
+    verdict travels in response.ended (test_verdicts_e2e: nothing dispatches)."""
+    _, out = run([start(), tool_start(0, "toolu_a", "transfer"), part(0, '{"amount": 10}'),
+                  stop(0), message_delta(stop_reason), MESSAGE_STOP])  # fmt: skip
+    assert ended_call_ids(out) == ["toolu_a"]
+    assert response_endings(out) == [("msg_1", status, stop_reason)]
+    assert isinstance(out[-1], ResponseEnded)  # ended at message_delta; message_stop adds nothing
+
+
+@pytest.mark.parametrize("stop_reason", ["end_turn", "tool_use", "stop_sequence"])
+def test_a_normal_stop_reason_completes_only_at_message_stop(stop_reason: str) -> None:
+    adapter = AnthropicMessagesAdapter(CTX)
+    out = []
+    for event in (start(), tool_start(0, "toolu_a", "lookup"), part(0, "{}"), stop(0),
+                  message_delta(stop_reason)):  # fmt: skip
+        out += adapter.feed(event)
+    assert response_endings(out) == []
+    out += adapter.feed(MESSAGE_STOP)
+    assert response_endings(out) == [("msg_1", "completed", stop_reason)]
+    assert assembled_calls(out) == [call("lookup", "toolu_a", "0", {})]
+
+
+def test_an_unknown_stop_reason_is_voiding() -> None:
+    _, out = run([start(), tool_start(0, "toolu_a", "lookup"), part(0, "{}"), stop(0),
+                  message_delta("brand_new_reason"), MESSAGE_STOP])  # fmt: skip
+    assert response_endings(out) == [("msg_1", "failed", "brand_new_reason")]
+
+
+def test_message_stop_without_a_stop_reason_is_voiding() -> None:
+    _, out = run([start(), tool_start(0, "toolu_a", "lookup"), part(0, "{}"), stop(0),
+                  MESSAGE_STOP])  # fmt: skip
+    assert response_endings(out) == [("msg_1", "failed", "unknown")]
+
+
+def test_a_tool_use_stopped_before_the_stream_is_cut_does_not_act() -> None:
+    _, out = run([start(), tool_start(0, "toolu_a", "lookup"), part(0, "{}"), stop(0)])
+    assert ended_call_ids(out) == ["toolu_a"]
+    assert response_endings(out) == [("msg_1", "incomplete", "stream_cut")]
+
+
+def test_an_unknown_event_type_is_ignored_and_counted_and_the_call_acts() -> None:
+    adapter, out = run([start(), tool_start(0, "toolu_a", "lookup"), part(0, '{"q":'),
+                        {"type": "brand_new_event", "value": SECRET}, part(0, "1}"), stop(0),
+                        message_delta("tool_use"), MESSAGE_STOP])  # fmt: skip
+    assert adapter.unknown_events == 1
+    assert not any(SECRET in a for a in adapter.anomalies)
+    assert response_endings(out) == [("msg_1", "completed", "tool_use")]
+    assert assembled_calls(out) == [call("lookup", "toolu_a", "0", {"q": 1})]

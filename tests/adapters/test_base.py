@@ -198,11 +198,23 @@ def test_end_call_gives_a_call_without_text_its_empty_arguments() -> None:
     assert isinstance(done[0], CallEnded) and (done[0].seq, done[0].arguments) == (2, "{}")
 
 
-def test_response_ended_counts_inert_calls_in_the_reason() -> None:
+def test_response_ended_keeps_the_reason_a_code_and_records_inert_calls() -> None:
     adapter = _Toy()
     assert adapter.response_ended("r", ResponseStatus.ERROR, "x").reason == "x"
     ended = adapter.response_ended("r", ResponseStatus.ERROR, "x", inert=2)
-    assert ended.reason == "x; 2 call(s) without a trusted terminal made inert"
+    assert ended.reason == "x"
+    assert adapter.anomalies == ["2 call(s) without a trusted terminal made inert"]
+
+
+def test_unknown_events_are_counted_and_recorded_without_their_content() -> None:
+    adapter = _Toy()
+    assert adapter.ignore_unknown("brand.new") == []
+    assert adapter.ignore_unknown("s3cr3t value with spaces") == []
+    assert adapter.unknown_events == 2
+    assert adapter.anomalies == [
+        "unknown event type 'brand.new' ignored",
+        "unknown event type '?' ignored",
+    ]
 
 
 def test_next_response_id_counts_every_response_and_replays_identically() -> None:

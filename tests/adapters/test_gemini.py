@@ -95,7 +95,7 @@ def test_whole_call_one_chunk() -> None:
             "arguments": {"location": "San Francisco"},
         }
     ]
-    assert response_endings(events) == [(rid, "completed", "finish_reason=STOP")]
+    assert response_endings(events) == [(rid, "completed", "STOP")]
     ended = [e for e in events if isinstance(e, CallEnded)]
     assert ended[0].arguments == '{"location":"San Francisco"}'
     assert adapter.anomalies == []
@@ -112,7 +112,7 @@ def test_partial_args_two_sequential_calls() -> None:
         ("0", f"{rid}:0"),
         ("1", f"{rid}:1"),
     ]
-    assert response_endings(events) == [(rid, "completed", "finish_reason=STOP")]
+    assert response_endings(events) == [(rid, "completed", "STOP")]
     assert adapter.anomalies == []
 
 
@@ -126,7 +126,7 @@ def test_partial_args_noargs_then_three_calls() -> None:
     ]
     no_args = [e for e in events if isinstance(e, CallDelta) and e.item_id == "0"]
     assert [d.delta for d in no_args] == ["{}"]
-    assert response_endings(events)[0][1:] == ("completed", "finish_reason=STOP")
+    assert response_endings(events)[0][1:] == ("completed", "STOP")
     assert adapter.anomalies == []
 
 
@@ -155,7 +155,7 @@ def test_partial_args_missing_terminal_ends_at_the_last_part() -> None:
     events = before + after
     assert calls(events) == [("writeItems", WRITE_ITEMS)]
     assert [type(e) for e in after] == [CallEnded, ResponseEnded]
-    assert response_endings(events)[0][1:] == ("completed", "finish_reason=STOP")
+    assert response_endings(events)[0][1:] == ("completed", "STOP")
 
 
 def test_partial_args_missing_terminal_cut_at_max_tokens_is_inert() -> None:
@@ -166,7 +166,7 @@ def test_partial_args_missing_terminal_cut_at_max_tokens_is_inert() -> None:
     assert ended_call_ids(events) == []
     (ending,) = response_endings(events)
     assert ending[1] == "incomplete"
-    assert ending[2].startswith("finish_reason=MAX_TOKENS; 1 call(s)")
+    assert ending[2] == "MAX_TOKENS"
 
 
 @pytest.mark.parametrize(
@@ -205,7 +205,7 @@ def test_recording_cut_before_its_last_chunk_is_inert(name: str) -> None:
     events, _ = run(stream)
     (ending,) = response_endings(events)
     assert ending[1] == "incomplete"
-    assert ending[2].startswith("stream ended before finishReason")
+    assert ending[2] == "stream_cut"
     # A cut stream is no normal completion: not even calls whose terminal arrived may act.
     assert calls(events) == []
 
@@ -526,8 +526,8 @@ def test_a_new_response_id_supersedes_an_unfinished_response() -> None:
     ]
     events, _ = run(stream)
     assert response_endings(events) == [
-        ("r1", "incomplete", "superseded; 1 call(s) without a trusted terminal made inert"),
-        ("r2", "completed", "finish_reason=STOP"),
+        ("r1", "incomplete", "superseded"),
+        ("r2", "completed", "STOP"),
     ]
     assert calls(events) == [("g", {})]
 
@@ -542,9 +542,7 @@ def test_a_new_call_before_the_terminal_abandons_the_open_one() -> None:
     ]
     events, adapter = run(stream)
     assert calls(events) == [("g", {"b": "2"})]
-    assert response_endings(events)[0][2].endswith(
-        "1 call(s) without a trusted terminal made inert"
-    )
+    assert "1 call(s) without a trusted terminal made inert" in adapter.anomalies
     assert "a new call started before the open call's terminal" in adapter.anomalies
 
 
@@ -560,15 +558,22 @@ def test_text_is_not_published() -> None:
     assert [type(e) for e in events] == [ResponseEnded]
 
 
-def test_only_candidate_zero_is_read() -> None:
+def test_candidates_are_alternatives_and_only_the_first_acts() -> None:
+    """candidateCount=2: candidate 1 reaches the core under its own response id, without a
+    terminal, and ends not_chosen (test_verdicts_e2e: only candidate 0 dispatches)."""
     two = chunk(fc(name="f", args={"a": 1}), finish="STOP")
     other = copy.deepcopy(two["candidates"][0])
     other["index"] = 1
     other["content"]["parts"] = [fc(name="evil", args={})]
     two["candidates"].append(other)
-    events, adapter = run([two])
-    assert calls(events) == [("f", {"a": 1})]
-    assert "only candidate 0 is read" in adapter.anomalies
+    events, _ = run([two])
+    started = [(e.response_id, e.tool) for e in events if isinstance(e, CallStarted)]
+    assert started == [("r1", "f"), ("r1~alt1", "evil")]
+    assert ended_call_ids(events) == ["r1:0"]
+    assert response_endings(events) == [
+        ("r1", "completed", "STOP"),
+        ("r1~alt1", "not_chosen", "alternative"),
+    ]
 
 
 # --------------------------------------------------------------------------- endings
@@ -580,7 +585,7 @@ def test_only_candidate_zero_is_read() -> None:
         ("MAX_TOKENS", "incomplete"),
         ("SAFETY", "failed"),
         ("MALFORMED_FUNCTION_CALL", "failed"),
-        ("SOMETHING_NEW", "incomplete"),
+        ("SOMETHING_NEW", "failed"),
     ],
 )
 def test_truncation_mid_string_is_inert(finish: str, status: str) -> None:
@@ -592,8 +597,7 @@ def test_truncation_mid_string_is_inert(finish: str, status: str) -> None:
     assert ended_call_ids(events) == []
     (ending,) = response_endings(events)
     assert ending[1] == status
-    word = finish if finish != "SOMETHING_NEW" else "unknown"
-    assert ending[2] == f"finish_reason={word}; 1 call(s) without a trusted terminal made inert"
+    assert ending[2] == finish
 
 
 def test_implicit_terminal_in_a_max_tokens_chunk_is_not_trusted() -> None:
@@ -614,7 +618,7 @@ def test_explicit_terminal_before_max_tokens_is_voided_by_it() -> None:
     events, _ = run(stream)
     assert len(ended_call_ids(events)) == 1  # the call itself ended ...
     assert calls(events) == []  # ... but its response was cut: it never acts
-    assert response_endings(events)[0][1:] == ("incomplete", "finish_reason=MAX_TOKENS")
+    assert response_endings(events)[0][1:] == ("incomplete", "MAX_TOKENS")
 
 
 def test_error_chunk_mid_call_fails_the_response() -> None:
@@ -626,18 +630,14 @@ def test_error_chunk_mid_call_fails_the_response() -> None:
     events, adapter = run(stream)
     assert ended_call_ids(events) == []
     assert response_endings(events) == [
-        (
-            "r1",
-            "failed",
-            "provider_error: INTERNAL; 1 call(s) without a trusted terminal made inert",
-        )
+        ("r1", "failed", "INTERNAL")
     ]
     assert "secret" not in " ".join(adapter.anomalies)
 
 
 def test_prompt_blocked() -> None:
     events, _ = run([{"promptFeedback": {"blockReason": "SAFETY"}, "responseId": "r9"}])
-    assert response_endings(events) == [("r9", "failed", "prompt_blocked")]
+    assert response_endings(events) == [("r9", "failed", "SAFETY")]
 
 
 def test_usage_only_chunks_do_not_open_responses() -> None:
@@ -663,8 +663,6 @@ def test_close_is_idempotent_and_ends_the_stream() -> None:
         "not json",
         b"\xff\xfe",
         "[1, 2]",
-        {},
-        {"foo": 1},
         {"candidates": "x"},
         {"candidates": [1]},
         {"candidates": [{"content": {"parts": "x"}}]},
@@ -836,3 +834,94 @@ def test_any_object_streamed_as_partial_args_parses_back(
     assert adapter.anomalies == []
     again, _ = run(copy.deepcopy(chunks))
     assert dumped(again) == dumped(events)
+
+
+# --------------------------------------------------------------------------- response verdicts
+
+
+@pytest.mark.parametrize("finish", ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"])
+def test_a_whole_call_in_a_chunk_with_a_voiding_finish_reason_gets_no_terminal(
+    finish: str,
+) -> None:
+    events, _ = run([chunk(fc(name="transfer", args={"amount": 10}), finish=finish)])
+    assert [type(e) for e in events] == [CallStarted, CallDelta, ResponseEnded]
+    assert response_endings(events) == [("r1", "failed", finish)]
+    assert calls(events) == []
+
+
+def test_a_whole_call_then_a_later_safety_chunk_voids_the_response() -> None:
+    """The call ended in its own chunk; the verdict travels in response.ended
+    (test_verdicts_e2e: nothing dispatches)."""
+    events, _ = run([chunk(fc(name="transfer", args={"amount": 10})), chunk(finish="SAFETY")])
+    assert ended_call_ids(events) == ["r1:0"]
+    assert response_endings(events) == [("r1", "failed", "SAFETY")]
+
+
+@pytest.mark.parametrize(("alternative", "acting"), [(1, "g"), (None, None)])
+def test_the_acting_candidate_is_configurable(alternative: int | None, acting: str | None) -> None:
+    two = chunk(fc(name="f", args={}), finish="STOP")
+    other = copy.deepcopy(two["candidates"][0])
+    other["index"] = 1
+    other["content"]["parts"] = [fc(name="g", args={})]
+    two["candidates"].append(other)
+    events = run_adapter(GeminiAdapter(CTX, alternative=alternative), [two])
+    ended = [e.tool for e in events if isinstance(e, CallStarted) and e.call_id in
+             ended_call_ids(events)]  # fmt: skip
+    assert ended == ([acting] if acting else [])
+    statuses = sorted(status for _, status, _ in response_endings(events))
+    assert statuses == (["completed", "not_chosen"] if acting else ["not_chosen", "not_chosen"])
+
+
+def test_an_unknown_chunk_is_ignored_and_counted() -> None:
+    events, adapter = run([chunk(fc(name="f", args={"a": 1})), {"brandNew": {"x": "secret"}},
+                           chunk(finish="STOP")])  # fmt: skip
+    assert adapter.unknown_events == 1
+    assert calls(events) == [("f", {"a": 1})]
+
+
+def test_an_unknown_field_in_a_whole_function_call_withholds_it() -> None:
+    events, adapter = run([chunk(fc(name="f", args={"a": 1}, brandNew=True), finish="STOP")])
+    assert ended_call_ids(events) == []
+    assert "unknown field in a functionCall: call withheld" in adapter.anomalies
+
+
+def test_an_unknown_field_in_a_streamed_call_part_withholds_it() -> None:
+    stream = [chunk(start("f")), chunk(fc(partialArgs=[item("$.a", "1")], willContinue=True,
+                                          brandNew=1)), chunk(END), chunk(finish="STOP")]  # fmt: skip
+    events, _ = run(stream)
+    assert ended_call_ids(events) == []
+    assert response_endings(events) == [("r1", "completed", "STOP")]
+
+
+def test_an_unknown_field_in_a_partial_argument_fails_the_response() -> None:
+    odd = {"jsonPath": "$.a", "structValue": {"x": 1}}
+    events, _ = run([chunk(start("f")), chunk(args_part(odd)), chunk(END, finish="STOP")])
+    assert ended_call_ids(events) == []
+    assert response_endings(events) == [("r1", "error", "bad_partial_args")]
+
+
+def test_whole_args_after_partials_that_agree_are_the_cross_check() -> None:
+    stream = [chunk(start("f", id="c1")), chunk(args_part(item("$.a", "1"), more=False)),
+              chunk(fc(name="f", id="c1", args={"a": "1"})), chunk(finish="STOP")]  # fmt: skip
+    events, _ = run(stream)
+    (ended,) = [e for e in events if isinstance(e, CallEnded)]
+    assert ended.arguments == '{"a":"1"}'
+    assert calls(events) == [("f", {"a": "1"})]
+
+
+def test_whole_args_that_contradict_the_partials_before_the_terminal_fail_the_call() -> None:
+    stream = [chunk(start("f", id="c1")), chunk(args_part(item("$.to", "alice"), more=False)),
+              chunk(fc(name="f", id="c1", args={"to": "mallory"})), chunk(finish="STOP")]  # fmt: skip
+    events, _ = run(stream)
+    (ended,) = [e for e in events if isinstance(e, CallEnded)]
+    assert ended.arguments == '{"to":"mallory"}'
+    assert response_endings(events) == [("r1", "completed", "STOP")]
+    assert calls(events) == []  # the Assembler's cross-check: arguments_mismatch
+
+
+def test_whole_args_that_contradict_the_partials_after_the_terminal_end_the_response() -> None:
+    stream = [chunk(start("f", id="c1")), chunk(args_part(item("$.to", "alice")), END),
+              chunk(fc(name="f", id="c1", args={"to": "mallory"})), chunk(finish="STOP")]  # fmt: skip
+    events, _ = run(stream)
+    assert ended_call_ids(events) == ["c1"]
+    assert response_endings(events) == [("r1", "error", "arguments_mismatch")]

@@ -86,7 +86,7 @@ def test_openai_single_tool() -> None:
         call("GetWeatherArgs", "call_c91SqDXlYFuETYv8mUHzz6pp", "0:0",
              {"city": "Edinburgh", "country": "UK", "units": "c"}, rid)
     ]  # fmt: skip
-    assert response_endings(out) == [(rid, "completed", "completed")]
+    assert response_endings(out) == [(rid, "completed", "tool_calls")]
     assert [e.seq for e in out if isinstance(e, CallDelta)] == list(range(1, 15))
 
 
@@ -99,7 +99,7 @@ def test_openai_parallel_two_tools() -> None:
         call("get_stock_price", "call_DNYTawLBoN8fj3KN6qU9N1Ou", "0:1",
              {"ticker": "AAPL", "exchange": "NASDAQ"}, rid),
     ]  # fmt: skip
-    assert response_endings(out) == [(rid, "completed", "completed")]
+    assert response_endings(out) == [(rid, "completed", "tool_calls")]
 
 
 def test_gateway_index_starting_at_one() -> None:
@@ -107,7 +107,7 @@ def test_gateway_index_starting_at_one() -> None:
     assert assembled_calls(out) == [
         call("read_file", "toolu_sanitized", "0:1", {"path": "a.txt"}, "msg_sanitized")
     ]
-    assert response_endings(out) == [("msg_sanitized", "completed", "completed")]
+    assert response_endings(out) == [("msg_sanitized", "completed", "tool_calls")]
     assert all(not isinstance(e, CallDelta) or "Reading" not in e.delta for e in out)
     assert adapter.anomalies == []
 
@@ -119,7 +119,7 @@ def test_glm_empty_name_on_continuation_is_not_a_rename() -> None:
         call("webSearchTool", "chatcmpl-tool-9f149c74c42f265b", "0:0",
              {"query": "current Berlin weather"}, rid)
     ]  # fmt: skip
-    assert response_endings(out) == [(rid, "completed", "completed")]
+    assert response_endings(out) == [(rid, "completed", "tool_calls")]
     assert adapter.anomalies == []
 
 
@@ -129,7 +129,7 @@ def test_mistral_without_index_whole_args_and_finish_in_one_chunk() -> None:
     assert assembled_calls(out) == [
         call("weather", "gSIMJiOkT", "0:_", {"location": "San Francisco"}, rid)
     ]
-    assert response_endings(out) == [(rid, "completed", "completed")]
+    assert response_endings(out) == [(rid, "completed", "tool_calls")]
 
 
 def test_groq_retry_whole_args_in_one_chunk() -> None:
@@ -139,7 +139,7 @@ def test_groq_retry_whole_args_in_one_chunk() -> None:
         call("get_something_by_name", "fc_bfb39741-3748-4def-9886-a93fc9c64a90", "0:0",
              {"name": "example"}, rid)
     ]  # fmt: skip
-    assert response_endings(out) == [(rid, "completed", "completed")]
+    assert response_endings(out) == [(rid, "completed", "tool_calls")]
 
 
 def test_groq_midstream_error_with_http_200_is_inert() -> None:
@@ -173,7 +173,7 @@ def test_interleaved_parallel_calls() -> None:
         call("get_weather", "call_a", "0:0", {"city": "Paris"}),
         call("get_time", "call_b", "0:1", {"tz": "UTC"}),
     ]
-    assert response_endings(out) == [("chatcmpl-1", "completed", "completed")]
+    assert response_endings(out) == [("chatcmpl-1", "completed", "tool_calls")]
 
 
 def test_reused_index_with_a_new_id_starts_a_new_call() -> None:
@@ -195,7 +195,7 @@ def test_reused_index_previous_call_is_not_ended_before_finish() -> None:
         chunk(tc(0, id="call_b", name="second", args='{"n":2}')),
     ])  # fmt: skip
     assert ended_call_ids(out) == []
-    assert response_endings(out) == [("chatcmpl-1", "incomplete", "no finish_reason")]
+    assert response_endings(out) == [("chatcmpl-1", "incomplete", "stream_cut")]
 
 
 def test_id_resent_on_every_chunk_is_one_call() -> None:
@@ -235,7 +235,7 @@ def test_conflicting_name_withholds_the_call() -> None:
     ])  # fmt: skip
     assert ended_call_ids(out) == []
     assert [e.tool for e in out if isinstance(e, CallStarted)] == ["read_file"]
-    assert response_endings(out) == [("chatcmpl-1", "completed", "completed")]
+    assert response_endings(out) == [("chatcmpl-1", "completed", "tool_calls")]
     assert "conflicting tool name: call withheld" in adapter.anomalies
 
 
@@ -252,18 +252,18 @@ def test_forced_tool_finishes_with_stop() -> None:
 
 @pytest.mark.parametrize(
     ("finish", "status"),
-    [("length", "incomplete"), ("content_filter", "failed"), ("weird_new_reason", "error")],
+    [("length", "incomplete"), ("content_filter", "failed"), ("weird_new_reason", "failed")],
 )
 def test_non_tool_finish_reasons_make_open_calls_inert(finish: str, status: str) -> None:
     _, out = run([chunk(tc(0, id="call_a", name="lookup", args='{"q":"abc')), chunk(finish=finish)])
     assert ended_call_ids(out) == []
-    assert response_endings(out) == [("chatcmpl-1", status, f"finish_reason={finish}")]
+    assert response_endings(out) == [("chatcmpl-1", status, finish)]
 
 
 def test_truncated_mid_string_without_finish_reason() -> None:
     _, out = run([chunk(tc(0, id="call_a", name="write", args='{"text":"hel'))])
     assert ended_call_ids(out) == []
-    assert response_endings(out) == [("chatcmpl-1", "incomplete", "no finish_reason")]
+    assert response_endings(out) == [("chatcmpl-1", "incomplete", "stream_cut")]
 
 
 def test_openai_style_error_payload_mid_call() -> None:
@@ -286,20 +286,27 @@ def test_several_choices_keep_their_calls_apart() -> None:
         chunk(finish="tool_calls", choice=0),
         chunk(finish="length", choice=1),
     ])  # fmt: skip
-    # one response: choice 1 was cut (length), so the response did not complete normally
-    assert assembled_calls(out) == []
-    assert response_endings(out) == [("chatcmpl-1", "incomplete", "finish_reason=length")]
+    # two alternatives: choice 0 acts (it completed), choice 1 is recorded, never acts
+    assert assembled_calls(out) == [call("lookup", "call_x", "0:0", {"c": 0})]
+    assert ended_call_ids(out) == ["call_x"]
+    assert response_endings(out) == [
+        ("chatcmpl-1", "completed", "tool_calls"),
+        ("chatcmpl-1~alt1", "not_chosen", "alternative"),
+    ]
     assert out[-1].type == "response.ended"
 
 
-def test_response_ends_only_when_every_choice_finished() -> None:
+def test_each_choice_is_its_own_response_and_ends_at_its_finish_reason() -> None:
     _, out = run([
         chunk(tc(0, id="call_x", name="lookup", args="{}"), choice=0),
         chunk(tc(0, id="call_y", name="lookup", args="{}"), choice=1),
         chunk(finish="tool_calls", choice=0),
     ])  # fmt: skip
     assert ended_call_ids(out) == ["call_x"]
-    assert response_endings(out) == [("chatcmpl-1", "incomplete", "no finish_reason")]
+    assert response_endings(out) == [
+        ("chatcmpl-1", "completed", "tool_calls"),
+        ("chatcmpl-1~alt1", "not_chosen", "alternative"),
+    ]
 
 
 def test_chunk_id_change_mid_stream_stays_one_response() -> None:
@@ -369,7 +376,7 @@ def test_non_function_tool_call_and_legacy_function_call_are_ignored() -> None:
 BAD_CHUNKS: list[tuple[str, Any]] = [
     ("not json", "data: {" + SECRET),
     ("not an object", orjson.dumps([SECRET]).decode()),
-    ("unknown type", {"type": "brand_new", "value": SECRET}),
+    ("unknown type with choices", {"type": "brand_new", "choices": [], "value": SECRET}),
     ("choices not a list", {"id": "chatcmpl-1", "choices": {"0": SECRET}}),
     ("choice not an object", {"id": "chatcmpl-1", "choices": [SECRET]}),
     ("tool_calls not a list", {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"tool_calls": SECRET}}]}),
@@ -409,3 +416,67 @@ def test_every_ended_call_carries_its_position() -> None:
     for ended in (e for e in out if isinstance(e, CallEnded)):
         n = sum(isinstance(e, CallDelta) and e.call_id == ended.call_id for e in out)
         assert ended.seq == n + 1
+
+
+# --------------------------------------------------------------------------- verdicts, alternatives
+
+
+def test_two_alternatives_of_one_request_only_the_first_acts() -> None:
+    """n=2: both choices call transfer; only choice 0 may act, choice 1 reaches the core under
+    its own response id, with no terminal, and ends not_chosen (test_verdicts_e2e: one
+    dispatch)."""
+    _, out = run([
+        chunk(tc(0, id="call_a", name="transfer", args='{"to":"alice"}'), choice=0),
+        chunk(tc(0, id="call_b", name="transfer", args='{"to":"bob"}'), choice=1),
+        chunk(finish="tool_calls", choice=0),
+        chunk(finish="tool_calls", choice=1),
+    ])  # fmt: skip
+    started = [(e.response_id, e.call_id) for e in out if isinstance(e, CallStarted)]
+    assert started == [("chatcmpl-1", "call_a"), ("chatcmpl-1~alt1", "call_b")]
+    assert ended_call_ids(out) == ["call_a"]
+    assert response_endings(out) == [
+        ("chatcmpl-1", "completed", "tool_calls"),
+        ("chatcmpl-1~alt1", "not_chosen", "alternative"),
+    ]
+
+
+@pytest.mark.parametrize(("alternative", "acting"), [(1, "call_b"), (None, None)])
+def test_the_acting_alternative_is_configurable(alternative: int | None, acting: str | None) -> None:
+    adapter = OpenAIChatAdapter(CTX, alternative=alternative)
+    out = run_adapter(adapter, [
+        chunk(tc(0, id="call_a", name="transfer", args='{"to":"alice"}'), choice=0),
+        chunk(tc(0, id="call_b", name="transfer", args='{"to":"bob"}'), choice=1),
+        chunk(finish="tool_calls", choice=0),
+        chunk(finish="tool_calls", choice=1),
+    ])  # fmt: skip
+    assert ended_call_ids(out) == ([acting] if acting else [])
+    statuses = {rid: status for rid, status, _ in response_endings(out)}
+    assert statuses == {
+        "chatcmpl-1~alt0": "not_chosen",
+        ("chatcmpl-1" if alternative == 1 else "chatcmpl-1~alt1"): (
+            "completed" if alternative == 1 else "not_chosen"
+        ),
+    }
+
+
+def test_an_unfinished_alternative_at_close_ends_not_chosen() -> None:
+    _, out = run([
+        chunk(tc(0, id="call_a", name="lookup", args="{}"), choice=0),
+        chunk(tc(0, id="call_b", name="lookup", args="{}"), choice=1),
+    ])  # fmt: skip
+    assert response_endings(out) == [
+        ("chatcmpl-1", "incomplete", "stream_cut"),
+        ("chatcmpl-1~alt1", "not_chosen", "alternative"),
+    ]
+
+
+def test_an_unknown_payload_type_without_choices_is_ignored_and_counted() -> None:
+    adapter, out = run([
+        chunk(tc(0, id="call_a", name="lookup", args='{"q":')),
+        {"type": "brand_new", "value": SECRET},
+        chunk(tc(0, args="1}")),
+        chunk(finish="tool_calls"),
+    ])  # fmt: skip
+    assert adapter.unknown_events == 1
+    assert not any(SECRET in a for a in adapter.anomalies)
+    assert assembled_calls(out) == [call("lookup", "call_a", "0:0", {"q": 1})]

@@ -320,7 +320,7 @@ def test_completed_with_an_unterminated_call_makes_it_inert() -> None:
 def test_truncated_mid_string_then_stream_ends() -> None:
     _, out = run(one_call(delta("fc_1", 0, '{"path":"/etc/pas'), end=False))
     assert ended_call_ids(out) == []
-    assert response_endings(out) == [("resp_1", "incomplete", "stream ended before the response")]
+    assert response_endings(out) == [("resp_1", "incomplete", "stream_cut")]
 
 
 def test_error_mid_call_makes_it_inert_and_later_terminals_are_ignored() -> None:
@@ -359,7 +359,7 @@ def test_second_response_created_while_open_is_a_splice() -> None:
     )
     _, out = run(events)
     assert response_endings(out) == [
-        ("resp_1", "error", "spliced response"),
+        ("resp_1", "error", "spliced"),
         ("resp_2", "completed", "completed"),
     ]
     assert [(c["response_id"], c["call_id"]) for c in assembled_calls(out)] == [("resp_2", "call_2")]
@@ -429,7 +429,6 @@ BAD_CHUNKS: list[tuple[str, Any]] = [
     ("not json", "{not json " + SECRET),
     ("not an object", orjson.dumps([SECRET]).decode()),
     ("no type", {"delta": SECRET}),
-    ("unknown type", {"type": "response.brand_new_thing", "delta": SECRET}),
     ("delta not a string", {**delta("fc_1", 0, ""), "delta": {"v": SECRET}}),
     ("delta missing", {"type": "response.function_call_arguments.delta", "item_id": "fc_1"}),
     ("item not an object", {"type": "response.output_item.added", "item": SECRET}),
@@ -475,3 +474,87 @@ def test_oversized_tool_name_is_an_adapter_error_not_a_validation_error() -> Non
     adapter.feed(created())
     with pytest.raises(AdapterError):
         adapter.feed(added("fc_1", "call_1", "x" * 500, 0))
+
+
+# --------------------------------------------------------------------------- response verdicts
+
+
+def incomplete(reason: str, rid: str = "resp_1") -> dict[str, Any]:
+    details = {"reason": reason}
+    response = {"id": rid, "status": "incomplete", "incomplete_details": details}
+    return {"type": "response.incomplete", "response": response}
+
+
+@pytest.mark.parametrize(
+    ("reason", "status"),
+    [("content_filter", "failed"), ("max_output_tokens", "incomplete"), ("brand_new", "failed")],
+)
+def test_arguments_done_then_response_incomplete_voids_the_response(
+    reason: str, status: str
+) -> None:
+    """The call ended at arguments.done; the response then ended incomplete: the verdict travels
+    in response.ended (test_verdicts_e2e: nothing dispatches)."""
+    _, out = run(one_call(delta("fc_1", 0, '{"q":1}'), args_done("fc_1", 0, '{"q":1}'),
+                          item_done("fc_1", "call_1", "lookup", 0, '{"q":1}', "incomplete"),
+                          incomplete(reason), end=False))  # fmt: skip
+    assert ended_call_ids(out) == ["call_1"]
+    assert response_endings(out) == [("resp_1", status, reason)]
+
+
+def test_two_provider_finals_that_disagree_end_the_response_arguments_mismatch() -> None:
+    """arguments.done agrees with the deltas, output_item.done contradicts both: fail safe."""
+    _, out = run(one_call(delta("fc_1", 0, '{"to":"alice"}'),
+                          args_done("fc_1", 0, '{"to":"alice"}'),
+                          item_done("fc_1", "call_1", "lookup", 0, '{"to":"mallory"}')))  # fmt: skip
+    assert response_endings(out) == [("resp_1", "error", "arguments_mismatch")]
+
+
+def test_item_done_first_then_a_disagreeing_arguments_done_is_a_mismatch() -> None:
+    _, out = run(one_call(delta("fc_1", 0, '{"to":"alice"}'),
+                          item_done("fc_1", "call_1", "lookup", 0, '{"to":"alice"}'),
+                          args_done("fc_1", 0, '{"to":"mallory"}')))  # fmt: skip
+    assert ended_call_ids(out) == ["call_1"]
+    assert response_endings(out) == [("resp_1", "error", "arguments_mismatch")]
+
+
+def test_a_second_final_that_contradicts_the_deltas_when_the_first_had_none() -> None:
+    _, out = run(one_call(delta("fc_1", 0, '{"to":"alice"}'), args_done("fc_1", 0, None),
+                          item_done("fc_1", "call_1", "lookup", 0, '{"to":"mallory"}')))  # fmt: skip
+    assert response_endings(out) == [("resp_1", "error", "arguments_mismatch")]
+
+
+def test_two_finals_that_agree_as_json_complete_normally() -> None:
+    _, out = run(one_call(delta("fc_1", 0, '{"q": 1}'), args_done("fc_1", 0, '{"q": 1}'),
+                          item_done("fc_1", "call_1", "lookup", 0, '{"q":1}')))  # fmt: skip
+    assert response_endings(out) == [("resp_1", "completed", "completed")]
+    assert assembled_calls(out) == [
+        {"tool": "lookup", "call_id": "call_1", "response_id": "resp_1", "item_id": "fc_1",
+         "arguments": {"q": 1}}
+    ]  # fmt: skip
+
+
+def test_an_unknown_event_type_is_ignored_and_counted() -> None:
+    adapter, out = run(one_call(delta("fc_1", 0, '{"q":'),
+                                {"type": "response.brand_new_thing", "output_index": 3,
+                                 "delta": SECRET},
+                                delta("fc_1", 0, "1}"), args_done("fc_1", 0, '{"q":1}')))  # fmt: skip
+    assert adapter.unknown_events == 1
+    assert not any(SECRET in a for a in adapter.anomalies)
+    assert ended_call_ids(out) == ["call_1"]
+    assert response_endings(out) == [("resp_1", "completed", "completed")]
+
+
+def test_an_unknown_event_inside_a_call_withholds_it() -> None:
+    odd = {"type": "response.function_call_arguments.patch", "item_id": "fc_1", "delta": SECRET}
+    adapter, out = run(one_call(delta("fc_1", 0, '{"q":1}'), odd,
+                                args_done("fc_1", 0, '{"q":1}')))  # fmt: skip
+    assert adapter.unknown_events == 1
+    assert ended_call_ids(out) == []
+    assert response_endings(out) == [("resp_1", "completed", "completed")]
+
+
+def test_an_incomplete_item_after_its_call_ended_forbids_completion() -> None:
+    _, out = run(one_call(delta("fc_1", 0, '{"q":1}'), args_done("fc_1", 0, '{"q":1}'),
+                          item_done("fc_1", "call_1", "lookup", 0, '{"q":1}', "incomplete")))  # fmt: skip
+    assert ended_call_ids(out) == ["call_1"]
+    assert response_endings(out) == [("resp_1", "error", "item_incomplete")]

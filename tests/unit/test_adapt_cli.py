@@ -82,3 +82,60 @@ def test_corrupt_eventstream_never_dispatches() -> None:
     result = adapt("bedrock", bytes(body), "--emit-turn-started")
     assert result.returncode == 1
     assert not [o for o in replay(result.stdout) if o["kind"] == "dispatch"]
+
+
+def _sse(*payloads: dict[str, object]) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(p) + b"\n\n" for p in payloads)
+
+
+def test_an_unknown_anthropic_event_is_counted_and_the_valid_call_dispatches() -> None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+    body = _sse(
+        {"type": "message_start", "message": {"id": "msg_1", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {"type": "brand_new_event", "detail": {"x": 1}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": '{"city": "Paris"}'}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}},
+        {"type": "message_stop"},
+    )  # fmt: skip
+    result = adapt("anthropic", body, "--emit-turn-started")
+    assert result.returncode == 0, result.stderr
+    assert b"1 unknown anthropic event(s) ignored" in result.stderr
+    dispatched = [o for o in replay(result.stdout) if o["kind"] == "dispatch"]
+    assert [(d["call_id"], d["arguments"]) for d in dispatched] == [("toolu_1", {"city": "Paris"})]
+
+
+def _two_choices() -> bytes:
+    def choice(index: int, city: str) -> dict[str, object]:
+        call = {"index": 0, "id": f"call_{index}", "type": "function",
+                "function": {"name": "get_weather", "arguments": orjson.dumps({"city": city}).decode()}}  # fmt: skip
+        return {"id": "chatcmpl-1", "choices": [{"index": index, "delta": {"tool_calls": [call]}}]}
+
+    def finish(index: int) -> dict[str, object]:
+        return {"id": "chatcmpl-1", "choices": [{"index": index, "delta": {},
+                                                 "finish_reason": "tool_calls"}]}  # fmt: skip
+
+    return _sse(choice(0, "Paris"), choice(1, "Rome"), finish(0), finish(1)) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "cities"), [((), ["Paris"]), (("--alternative", "1"), ["Rome"]),
+                          (("--alternative", "none"), [])],
+)  # fmt: skip
+def test_only_the_chosen_alternative_of_n2_dispatches(
+    flags: tuple[str, ...], cities: list[str]
+) -> None:
+    result = adapt("openai-chat", _two_choices(), "--emit-turn-started", *flags)
+    assert result.returncode == 0, result.stderr
+    outputs = replay(result.stdout)
+    assert [o["arguments"]["city"] for o in outputs if o["kind"] == "dispatch"] == cities
+    ledger = [o for o in outputs if o["kind"] == "ledger"]
+    assert len(ledger) == 2  # the alternative that did not act is recorded too
+
+
+def test_a_bad_alternative_is_a_usage_error() -> None:
+    result = adapt("openai-chat", _two_choices(), "--alternative", "first")
+    assert result.returncode == 2
+    assert b"an alternative index" in result.stderr

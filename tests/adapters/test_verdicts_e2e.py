@@ -1,0 +1,227 @@
+"""Issue 15 end to end: provider streams written from each provider's documentation → adapter →
+the real Assembler. A call acts only if its response completed normally; alternatives of one
+request never both act; unknown event types lose no valid call.
+
+Each stream is asserted by what is dispatched and by what the ledger records (state, terminal
+reason, the provider's reason), so a voided call is visibly voided, not merely missing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from processor.adapters.anthropic import AnthropicMessagesAdapter
+from processor.adapters.base import StreamAdapter
+from processor.adapters.bedrock import BedrockConverseAdapter
+from processor.adapters.gemini import GeminiAdapter
+from processor.adapters.openai_chat import OpenAIChatAdapter
+from processor.adapters.openai_responses import OpenAIResponsesAdapter
+from processor.core.assembler import Assembler
+from processor.core.events import CallStarted, Dispatch, FragmentEvent, Ledger, TurnStarted
+from processor.core.registry import Registry
+from tests.adapters import test_anthropic as anthropic
+from tests.adapters import test_bedrock as bedrock
+from tests.adapters import test_gemini as gemini
+from tests.adapters import test_openai_chat as chat
+from tests.adapters import test_openai_responses as responses
+from tests.adapters.harness import CTX, run_adapter
+
+
+def pipeline(adapter: StreamAdapter, stream: Iterable[Any]) -> tuple[list[Dispatch], list[Ledger]]:
+    """The stream through the adapter and the real Assembler: (dispatches, ledger records)."""
+    events: list[FragmentEvent] = run_adapter(adapter, stream)
+    tools = sorted({e.tool for e in events if isinstance(e, CallStarted)})
+    registry = Registry.from_document(
+        {"tools": [{"name": name, "parameters": {"type": "object"}} for name in tools]}
+    )
+    assembler = Assembler(registry)
+    bind = TurnStarted(command_id="bind", issued_by="gateway", issued_at=0.0,
+                       tenant=CTX.tenant, turn_id=CTX.turn_id, actor=CTX.actor)  # fmt: skip
+    outputs = assembler.handle(bind, 0.0)
+    for event in events:
+        outputs += assembler.handle(event, 0.0)
+    return (
+        [o for o in outputs if isinstance(o, Dispatch)],
+        [o for o in outputs if isinstance(o, Ledger)],
+    )
+
+
+def voided(ledger: list[Ledger]) -> list[tuple[str, str | None, str | None]]:
+    """``(call_id, terminal_reason, provider_reason)`` of every call that did not act."""
+    return [(e.call_id, e.terminal_reason, e.provider_reason) for e in ledger
+            if e.state != "dispatched"]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- Anthropic
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "terminal_reason"),
+    [("refusal", "response_failed"), ("max_tokens", "incomplete")],
+)
+def test_anthropic_stopped_tool_use_then_refusal_or_max_tokens_never_dispatches(
+    stop_reason: str, terminal_reason: str
+) -> None:
+    a = anthropic
+    stream = [a.start(), a.tool_start(0, "toolu_a", "transfer"), a.part(0, '{"amount": 10}'),
+              a.stop(0), a.message_delta(stop_reason), a.MESSAGE_STOP]  # fmt: skip
+    dispatches, ledger = pipeline(AnthropicMessagesAdapter(CTX), stream)
+    assert dispatches == []
+    assert voided(ledger) == [("toolu_a", terminal_reason, stop_reason)]
+
+
+def test_anthropic_unknown_event_type_loses_no_valid_call() -> None:
+    a = anthropic
+    stream = [a.start(), a.tool_start(0, "toolu_a", "lookup"), a.part(0, '{"q":'),
+              {"type": "brand_new_event", "data": {}}, a.part(0, "1}"), a.stop(0),
+              a.message_delta("tool_use"), a.MESSAGE_STOP]  # fmt: skip
+    dispatches, _ = pipeline(AnthropicMessagesAdapter(CTX), stream)
+    assert [(d.call_id, d.arguments) for d in dispatches] == [("toolu_a", {"q": 1})]
+
+
+# --------------------------------------------------------------------------- OpenAI Responses
+
+
+def test_responses_arguments_done_then_incomplete_content_filter_never_dispatches() -> None:
+    r = responses
+    stream = r.one_call(r.delta("fc_1", 0, '{"q":1}'), r.args_done("fc_1", 0, '{"q":1}'),
+                        r.item_done("fc_1", "call_1", "lookup", 0, '{"q":1}', "incomplete"),
+                        r.incomplete("content_filter"), end=False)  # fmt: skip
+    dispatches, ledger = pipeline(OpenAIResponsesAdapter(CTX), stream)
+    assert dispatches == []
+    assert voided(ledger) == [("call_1", "response_failed", "content_filter")]
+
+
+def test_responses_two_finals_that_disagree_never_dispatch() -> None:
+    r = responses
+    stream = r.one_call(r.delta("fc_1", 0, '{"to":"alice"}'),
+                        r.args_done("fc_1", 0, '{"to":"alice"}'),
+                        r.item_done("fc_1", "call_1", "lookup", 0, '{"to":"mallory"}'))  # fmt: skip
+    dispatches, ledger = pipeline(OpenAIResponsesAdapter(CTX), stream)
+    assert dispatches == []
+    assert voided(ledger) == [("call_1", "response_failed", "arguments_mismatch")]
+
+
+# --------------------------------------------------------------------------- Gemini
+
+
+@pytest.mark.parametrize("finish", ["MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL"])
+def test_gemini_whole_call_in_a_malformed_or_unexpected_chunk_never_dispatches(
+    finish: str,
+) -> None:
+    stream = [gemini.chunk(gemini.fc(name="transfer", args={"amount": 10}), finish=finish)]
+    dispatches, ledger = pipeline(GeminiAdapter(CTX), stream)
+    assert dispatches == []
+    assert voided(ledger) == [("r1:0", "response_failed", finish)]
+
+
+def test_gemini_whole_call_then_a_safety_chunk_never_dispatches() -> None:
+    stream = [gemini.chunk(gemini.fc(name="transfer", args={"amount": 10})),
+              gemini.chunk(finish="SAFETY")]  # fmt: skip
+    dispatches, ledger = pipeline(GeminiAdapter(CTX), stream)
+    assert dispatches == []
+    assert voided(ledger) == [("r1:0", "response_failed", "SAFETY")]
+
+
+def _two_candidates() -> dict[str, Any]:
+    first = gemini.chunk(gemini.fc(name="transfer", args={"to": "alice"}), finish="STOP")
+    other = copy.deepcopy(first["candidates"][0])
+    other["index"] = 1
+    other["content"]["parts"] = [gemini.fc(name="transfer", args={"to": "bob"})]
+    first["candidates"].append(other)
+    return first
+
+
+@pytest.mark.parametrize(("alternative", "acting"), [(0, "alice"), (1, "bob"), (None, None)])
+def test_gemini_candidates_at_most_one_acts_and_the_others_are_recorded(
+    alternative: int | None, acting: str | None
+) -> None:
+    dispatches, ledger = pipeline(GeminiAdapter(CTX, alternative=alternative), [_two_candidates()])
+    assert [d.arguments["to"] for d in dispatches] == ([acting] if acting else [])
+    assert len(voided(ledger)) == (1 if acting else 2)
+    assert {e.terminal_reason for e in ledger if e.state != "dispatched"} == {
+        "alternative_not_chosen"
+    }
+
+
+# --------------------------------------------------------------------------- Chat Completions
+
+
+def _two_choices() -> list[dict[str, Any]]:
+    return [
+        chat.chunk(chat.tc(0, id="call_a", name="transfer", args='{"to":"alice"}'), choice=0),
+        chat.chunk(chat.tc(0, id="call_b", name="transfer", args='{"to":"bob"}'), choice=1),
+        chat.chunk(finish="tool_calls", choice=0),
+        chat.chunk(finish="tool_calls", choice=1),
+    ]
+
+
+@pytest.mark.parametrize(("alternative", "acting"), [(0, "alice"), (1, "bob"), (None, None)])
+def test_chat_n2_at_most_one_alternative_acts_and_the_others_are_recorded(
+    alternative: int | None, acting: str | None
+) -> None:
+    dispatches, ledger = pipeline(OpenAIChatAdapter(CTX, alternative=alternative), _two_choices())
+    assert [d.arguments["to"] for d in dispatches] == ([acting] if acting else [])
+    not_chosen = [(e.response_id, e.terminal_reason) for e in ledger if e.state != "dispatched"]
+    assert [reason for _, reason in not_chosen] == ["alternative_not_chosen"] * (1 if acting else 2)
+    assert all("~alt" in rid for rid, _ in not_chosen)
+
+
+@pytest.mark.parametrize(("finish", "reason"), [("length", "incomplete"),
+                                                ("content_filter", "response_failed")])  # fmt: skip
+def test_chat_voiding_finish_reason_never_dispatches(finish: str, reason: str) -> None:
+    stream = [chat.chunk(chat.tc(0, id="call_a", name="transfer", args='{"to":"alice"}')),
+              chat.chunk(finish=finish)]  # fmt: skip
+    dispatches, ledger = pipeline(OpenAIChatAdapter(CTX), stream)
+    assert dispatches == []
+    assert voided(ledger) == [("call_a", reason, finish)]
+
+
+# --------------------------------------------------------------------------- Bedrock
+
+
+def test_bedrock_ended_call_then_guardrail_never_dispatches() -> None:
+    b = bedrock
+    stream = [b.message_start(), b.block_start(0, "transfer", "tu-1"), b.tool_input(0, '{"a":1}'),
+              b.block_stop(0), b.block_start(1, "lookup", "tu-2"), b.tool_input(1, "{}"),
+              b.block_stop(1), b.message_stop("guardrail_intervened")]  # fmt: skip
+    dispatches, ledger = pipeline(BedrockConverseAdapter(CTX), stream)
+    assert dispatches == []
+    assert sorted(voided(ledger)) == [
+        ("tu-1", "response_failed", "guardrail_intervened"),
+        ("tu-2", "response_failed", "guardrail_intervened"),
+    ]
+
+
+# --------------------------------------------------------------------------- every provider
+
+
+NORMAL_STREAMS: list[tuple[str, type[StreamAdapter], list[Any]]] = [
+    ("anthropic", AnthropicMessagesAdapter,
+     [anthropic.start(), anthropic.tool_start(0, "toolu_a", "lookup"), anthropic.part(0, "{}"),
+      anthropic.stop(0), anthropic.message_delta("tool_use"), anthropic.MESSAGE_STOP]),
+    ("responses", OpenAIResponsesAdapter,
+     responses.one_call(responses.delta("fc_1", 0, "{}"), responses.args_done("fc_1", 0, "{}"))),
+    ("chat", OpenAIChatAdapter,
+     [chat.chunk(chat.tc(0, id="call_a", name="lookup", args="{}")), chat.chunk(finish="stop")]),
+    ("gemini", GeminiAdapter, [gemini.chunk(gemini.fc(name="lookup", args={}), finish="STOP")]),
+    ("bedrock", BedrockConverseAdapter, bedrock.one_call("{}")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "cls", "stream"), NORMAL_STREAMS, ids=[n for n, _, _ in NORMAL_STREAMS]
+)
+def test_every_provider_dispatches_only_after_its_normal_end_event(
+    name: str, cls: type[StreamAdapter], stream: list[Any]
+) -> None:
+    """The whole stream dispatches once; the same stream without its last event (the provider's
+    end event) dispatches nothing."""
+    dispatches, _ = pipeline(cls(CTX), copy.deepcopy(stream))
+    assert len(dispatches) == 1
+    cut, _ = pipeline(cls(CTX), copy.deepcopy(stream[:-1]))
+    assert cut == []
