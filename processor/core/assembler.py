@@ -673,10 +673,23 @@ class Assembler:
         now: float,
         out: list[OutputRecord],
     ) -> bool:
-        """Remember the command id; a second sight of it is a replay, audited and ignored."""
+        """Remember the command id; a second sight of it is a replay, audited and ignored.
+
+        The set of remembered ids is bounded (``Limits.max_seen_commands``): when it is full, a
+        command that grants (confirm, resume, enable) is refused as ``replay_window_full``, since
+        its replay could not be detected; one that only makes things safer applies unremembered
+        (applying it twice is harmless, and it is never dropped, invariant 11).
+        """
         if event.command_id in self.control.seen_commands:
             out.append(outputs.audit(event, AuditOutcome.REJECTED, "replayed", [], now))
             return True
+        if len(self.control.seen_commands) >= self.limits.max_seen_commands:
+            if isinstance(event, CallConfirmed | TenantResumed | ToolEnabled):
+                out.append(
+                    outputs.audit(event, AuditOutcome.REJECTED, "replay_window_full", [], now)
+                )
+                return True
+            return False
         self.control.seen_commands[event.command_id] = now
         self._mark("cmd:" + event.command_id)
         return False
