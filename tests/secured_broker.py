@@ -26,6 +26,9 @@ from processor.settings import Settings
 from tests.kafka_broker import KAFKA_LOCAL, KAFKA_LOCAL_START_TIMEOUT_S, REPO_ROOT
 
 STATE_DIR = REPO_ROOT / ".kafka-secured"
+_PLAINTEXT_OVERRIDES = frozenset(
+    {"KAFKA_LOCAL_DIR", "KAFKA_LOCAL_PORT", "KAFKA_LOCAL_CONTROLLER_PORT", "KAFKA_LOCAL_PROFILE"}
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ def start_secured_broker() -> SecuredBroker:
         timeout=KAFKA_LOCAL_START_TIMEOUT_S,
         check=False,
         cwd=REPO_ROOT,
-        env={k: v for k, v in os.environ.items() if not k.startswith("KAFKA_LOCAL")},
+        # the plaintext broker's overrides (state dir, ports) must not leak into this one
+        env={k: v for k, v in os.environ.items() if k not in _PLAINTEXT_OVERRIDES},
     )
     lines = [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
     if res.returncode != 0 or not lines:
