@@ -58,6 +58,7 @@ def _status_kib(field: str) -> int:
 def run_scenario(name: str, scale: int) -> dict[str, Any]:
     from processor.core.assembler import Assembler  # noqa: PLC0415
     from processor.core.events import (  # noqa: PLC0415
+        Audit,
         CallDelta,
         CallEnded,
         CallStarted,
@@ -89,6 +90,8 @@ def run_scenario(name: str, scale: int) -> dict[str, Any]:
         for o in out:
             if isinstance(o, Ledger) and o.terminal_reason is not None:
                 reasons[str(o.terminal_reason)] += 1
+            elif isinstance(o, Audit) and o.rejection is not None:
+                reasons[f"audit {o.rejection}"] += 1
         return out
 
     def started(tenant: str, turn: str, call: str = "c") -> CallStarted:
