@@ -70,6 +70,12 @@ DEADLETTERS: Final = Counter(
     "Input records sent to the dead-letter topic, by reason.",
     ["reason"],
 )
+CONTROL_COMMANDS: Final = Counter(
+    "toolcall_control_commands",
+    "Control events and operator commands the Assemblers judged (one audit record each), by "
+    "command type, outcome (applied, rejected) and rejection reason (closed vocabulary, or none).",
+    ["type", "outcome", "rejection"],
+)
 DISPATCH_LATENCY: Final = Histogram(
     "toolcall_dispatch_latency_seconds",
     "From the timestamp of the record that triggered a dispatch (the terminal event, or a "

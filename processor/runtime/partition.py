@@ -104,6 +104,7 @@ class Step:
     outputs: dict[str, int] = field(default_factory=dict)  # output role → records
     terminal: list[tuple[str, str]] = field(default_factory=list)  # (state, reason)
     deadletters: list[str] = field(default_factory=list)  # reasons
+    commands: list[tuple[str, str, str]] = field(default_factory=list)  # (type, outcome, rejection)
     dispatch_triggers: list[float] = field(default_factory=list)  # trigger record times (s)
 
 
@@ -334,6 +335,8 @@ class PartitionTask:
             step.terminal.append((out.state, out.terminal_reason or "none"))
         elif isinstance(out, DeadLetter):
             step.deadletters.append(out.reason)
+        elif isinstance(out, Audit):
+            step.commands.append((out.command_type, out.outcome.value, out.rejection or "none"))
 
     def caught_up(
         self,

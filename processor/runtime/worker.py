@@ -287,6 +287,8 @@ class Worker:
             metrics.TERMINAL_OUTCOMES.labels(state, reason).inc()
         for reason in step.deadletters:
             metrics.DEADLETTERS.labels(reason).inc()
+        for command_type, outcome, rejection in step.commands:
+            metrics.CONTROL_COMMANDS.labels(command_type, outcome, rejection).inc()
         for trigger in step.dispatch_triggers:
             metrics.DISPATCH_LATENCY.observe(max(0.0, committed_at - trigger))
 
