@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo up down test tools lint unit integration bench kafka-start kafka-stop clean
+.PHONY: demo up down test tools lint unit integration bench fuzz kafka-start kafka-stop clean
 
 # helm for the chart tests (tests/deploy), built once from the Go module proxy into .tools/bin
 HELM_VERSION ?= v4.3.2
@@ -63,6 +63,12 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+## The long fuzz run: every target for DURATION seconds with SEED (a short run is in `make test`).
+SEED ?= 0
+DURATION ?= 120
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz --seed $(SEED) --duration $(DURATION)
 
 kafka-start:
 	scripts/kafka-local start

@@ -48,11 +48,14 @@ from processor.core import outputs
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.buffer import CallBuffer, DeltaOutcome
 from processor.core.control import (
+    COMMAND_CLASS,
     Command,
+    CommandClass,
     ControlState,
     Flag,
     Verdict,
     cancel_reason,
+    command_scope,
     command_state_key,
     decode_state_value,
     encode_state_value,
@@ -692,8 +695,22 @@ class Assembler:
 
     def _admit(self, event: Command, now: float, out: list[OutputRecord]) -> AuditOutcome | None:
         """Replay protection (``control.judge_command``): the outcome to audit once the command
-        is applied, or None when it must not be (audited here: ``duplicate`` or ``replayed``)."""
-        verdict, scope = judge_command(self.control.seen_commands, event, now)
+        is applied, or None when it must not be (audited here: ``duplicate`` or ``replayed``).
+
+        The set of remembered ids is bounded (``Limits.max_seen_commands``): when it is full, a
+        new command that grants (confirm, resume, enable) is refused as ``replay_window_full``,
+        since its replay could not be detected; one that only makes things safer applies
+        unremembered (applying it twice is harmless, and it is never dropped, invariant 11).
+        """
+        seen = self.control.seen_commands
+        if len(seen) >= self.limits.max_seen_commands and command_scope(event) not in seen:
+            if COMMAND_CLASS[event.type] is CommandClass.GRANT:
+                out.append(
+                    outputs.audit(event, AuditOutcome.REJECTED, "replay_window_full", [], now)
+                )
+                return None
+            return AuditOutcome.APPLIED
+        verdict, scope = judge_command(seen, event, now)
         if verdict is Verdict.NEW:
             self._mark(command_state_key(scope))
             return AuditOutcome.APPLIED

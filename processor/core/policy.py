@@ -34,6 +34,9 @@ class Limits:
     # How long a validated call may wait for its response's end (response.ended) before it is
     # made inert as ``response_timeout``: a stream that stops without its end event never acts.
     response_wait_seconds: float = 600.0
+    # How many command ids are remembered for replay protection (within retention_seconds); when
+    # full, granting commands are refused (replay_window_full) and safety commands still apply.
+    max_seen_commands: int = 100_000
 
     def call_bytes(self, declaration: ToolDeclaration | None) -> int:
         if declaration is not None and declaration.limits.max_bytes is not None:

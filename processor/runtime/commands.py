@@ -91,6 +91,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_common_flags(create)
     create.add_argument("--partitions", type=int, help="partition count of new topics")
     create.add_argument("--replication-factor", type=int, help="replication of new topics")
+    create.add_argument(
+        "--acls-for",
+        action="append",
+        metavar="ROLE=PRINCIPAL",
+        help="also print (or with --apply-acls create) the ACLs of the README table for this "
+        "principal; ROLE is adapter, worker, executor, operator or auditor; repeatable",
+    )
+    create.add_argument(
+        "--executor-group", default="toolcall-executors", help="the executors' consumer group"
+    )
+    create.add_argument(
+        "--group-id", help="the assemblers' consumer group (default toolcall-assemblers)"
+    )
+    create.add_argument("--application-id", help="the assemblers' transactional id prefix")
+    create.add_argument(
+        "--apply-acls", action="store_true", help="create the ACLs instead of printing them"
+    )
     create.set_defaults(func=_topics_create_command)
     describe = topics_sub.add_parser("describe", help="show partitions, replication, policies")
     add_common_flags(describe)
@@ -192,9 +209,19 @@ def _verifier(settings: Settings) -> CommandVerifier:
 
 
 def _topics_create_command(args: argparse.Namespace) -> int:
-    settings = load_settings(args, "processor")
+    from processor.runtime import acls  # noqa: PLC0415
+
+    settings = load_settings(
+        args, "processor", group_id=args.group_id, application_id=args.application_id
+    )
     if settings is None:
         return 2
+    try:
+        principals = acls.parse_principals(args.acls_for or ())
+    except acls.AclError as exc:
+        print(f"processor topics create: {exc}", file=sys.stderr)
+        return 2
+    bindings = acls.acl_bindings(settings, principals, executor_group=args.executor_group)
 
     async def run() -> int:
         async with admin_client(settings) as admin:
@@ -204,13 +231,19 @@ def _topics_create_command(args: argparse.Namespace) -> int:
                 partitions=args.partitions,
                 replication_factor=args.replication_factor,
             )
-        for name, outcome in result.items():
-            print(f"{outcome:<8} {name}")
+            for name, outcome in result.items():
+                print(f"{outcome:<8} {name}")
+            if args.apply_acls:
+                count = await acls.apply_acls(admin, bindings)
+                print(f"created {count} ACLs for {', '.join(sorted(principals.values()))}")
+            else:
+                for line in acls.format_commands(bindings, settings.bootstrap_servers):
+                    print(line)
         return 0
 
     try:
         return asyncio.run(run())
-    except TopicLayoutError as exc:
+    except (TopicLayoutError, acls.AclError) as exc:
         print(f"processor topics create: {exc}", file=sys.stderr)
         return 2
 

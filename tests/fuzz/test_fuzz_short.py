@@ -1,0 +1,29 @@
+"""The short fuzz run of ``make test``: a fixed seed and case count per target, 0 escapes.
+
+The long run is ``make fuzz SEED=... DURATION=...`` (``python -m tests.fuzz``). The counts below
+keep this module to a few seconds; the outcome checks show each oracle saw both sides (accepted
+and refused texts, dispatching and failing streams), so a target cannot pass by doing nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fuzz.targets import STATS, run
+
+SEED = 20261203
+CASES = {"jsonscan": 4000, "adapters": 600, "garbage": 3000, "eventstream": 600}
+
+
+@pytest.mark.parametrize("target", sorted(CASES))
+def test_no_escapes(target: str) -> None:
+    STATS.clear()
+    report = run(target, SEED, cases=CASES[target])
+    assert report.cases == CASES[target]
+    assert report.escapes == [], report.escapes[:5]
+    if target == "jsonscan":
+        assert STATS["jsonscan.accepted"] > 200 and STATS["jsonscan.rejected"] > 200, STATS
+    if target == "adapters":
+        assert STATS["adapters.dispatched"] > 50 and STATS["adapters.adapter_error"] > 50, STATS
+    if target == "eventstream":
+        assert STATS["eventstream.decoded"] > 40 and STATS["eventstream.refused"] > 50, STATS

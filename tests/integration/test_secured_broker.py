@@ -1,0 +1,339 @@
+"""Least privilege on a broker that enforces it (``scripts/kafka-local start --secured``).
+
+SCRAM-SHA-512 over TLS, ``StandardAuthorizer``, no ACL means deny. The admin creates the topics
+and the README's ACL table for five principals with ``processor topics create --acls-for ...
+--apply-acls``; then each principal does its job with exactly those ACLs (adapter → fragments and
+control, worker → dispatch/ledger/audit in transactions, executor → runs the call and writes its
+result, operator → a signed stop, auditor → reads it), and is refused what the table does not
+grant. The worker is a subprocess that gets its password from the environment only; its log
+never shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import os
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import (
+    GroupAuthorizationFailedError,
+    KafkaConnectionError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
+from processor.core.events import encode, turn_key
+from processor.ops import ctl as ctl_cli
+from processor.ops.signing import Keyring
+from processor.runtime import commands as runtime_cli
+from processor.runtime.acls import Role, acl_bindings
+from processor.runtime.tail import read_records
+from processor.settings import Settings
+from tests.integration.conftest import (
+    TOOLS_YAML,
+    WorkerProcess,
+    call_events,
+    turn_started,
+    wait_until,
+)
+from tests.integration.test_executor_fence import Executor, Recorder, wait_results
+from tests.secured_broker import SecuredBroker, secured_broker  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+ROLES = ("adapter", "worker", "executor", "operator", "auditor")
+
+
+class Deployment:
+    """One test deployment on the secured broker: a topic prefix, groups, one user per role."""
+
+    def __init__(self, broker: SecuredBroker, prefix: str, tmp_path: Path) -> None:
+        self.broker = broker
+        self.prefix = prefix
+        self.tmp_path = tmp_path
+        self.executor_group = f"{prefix}exec"
+        self.common = {
+            "topic_prefix": prefix,
+            "partitions": PARTITIONS,
+            "group_id": f"{prefix}assemblers",
+            "application_id": f"{prefix}assembler",
+        }
+
+    def settings(self, user: str) -> Settings:
+        return self.broker.settings(user, **self.common)
+
+    def env(self, user: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+        env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
+        env.update(self.broker.env(user))
+        env.update({f"PROCESSOR_{k.upper()}": str(v) for k, v in self.common.items()})
+        return env
+
+
+async def run_cli(module: Any, argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """``processor <argv>`` in-process, with ``env`` as the process environment."""
+    parser = argparse.ArgumentParser(prog="processor")
+    module.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+
+    def run() -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(env)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = args.func(args)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        return code, out.getvalue(), err.getvalue()
+
+    return await asyncio.to_thread(run)
+
+
+@pytest.fixture
+async def deployment(
+    secured_broker: SecuredBroker,  # noqa: F811
+    topic_prefix: str,
+    tmp_path: Path,
+) -> AsyncIterator[Deployment]:
+    dep = Deployment(secured_broker, topic_prefix, tmp_path)
+    acls_for = [arg for role in ROLES for arg in ("--acls-for", f"{role}=User:{role}")]
+    code, out, err = await run_cli(
+        runtime_cli,
+        ["topics", "create", "--executor-group", dep.executor_group, *acls_for, "--apply-acls"],
+        dep.env("admin"),
+    )
+    assert code == 0, out + err
+    principals = {Role(r): f"User:{r}" for r in ROLES}
+    expected = len(
+        acl_bindings(dep.settings("admin"), principals, executor_group=dep.executor_group)
+    )
+    assert f"created {expected} ACLs for User:adapter, User:auditor, User:executor" in out
+    yield dep
+
+
+async def produce(settings: Settings, topic: str, value: bytes, key: bytes) -> None:
+    producer = AIOKafkaProducer(enable_idempotence=True, **settings.kafka_client_kwargs())
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=key)
+    finally:
+        await producer.stop()
+
+
+async def consume_once(settings: Settings, topic: str) -> None:
+    """Read partition 0 of ``topic`` from the start; raise the broker's refusal.
+
+    A principal without DESCRIBE gets error 29 in the metadata answer, which aiokafka records in
+    ``cluster.unauthorized_topics`` and retries forever (no leader, so no fetch is ever sent);
+    with DESCRIBE but not READ, the fetch itself fails with 29 and ``getone`` raises it.
+    """
+    consumer = AIOKafkaConsumer(group_id=None, **settings.kafka_client_kwargs())
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer._client.force_metadata_update()
+        if topic in consumer._client.cluster.unauthorized_topics:
+            raise TopicAuthorizationFailedError(topic)
+        await consumer.seek_to_beginning(tp)
+        await asyncio.wait_for(consumer.getone(), 15)
+    finally:
+        await consumer.stop()
+
+
+async def test_each_principal_does_its_job_with_exactly_its_acls(deployment: Deployment) -> None:
+    dep = deployment
+    adapter, executor = dep.settings("adapter"), dep.settings("executor")
+    topics = adapter.topics
+    (dep.tmp_path / "tools.yaml").write_text(TOOLS_YAML)
+
+    # the operator's key: keygen, then a keyring the worker and the executor trust
+    keys = dep.tmp_path / "keys"
+    code, out, err = await run_cli(
+        ctl_cli,
+        ["ctl", "keygen", "--key-id", "ops-1", "--operator", "oncall", "--tenants", "acme",
+         "--out", str(keys)],
+        dep.env("operator"),
+    )  # fmt: skip
+    assert code == 0, out + err
+    keyring = keys / "ops-1.keyring.yaml"
+
+    worker_env = dep.env("worker") | {
+        "PROCESSOR_TOOLS_FILE": str(dep.tmp_path / "tools.yaml"),
+        "PROCESSOR_KEYRING_FILE": str(keyring),
+        "PROCESSOR_SESSION_TIMEOUT_MS": "6000",
+        "PROCESSOR_TRANSACTION_TIMEOUT_MS": "5000",
+        "PROCESSOR_COMMIT_TIMEOUT_SECONDS": "4",
+        "PROCESSOR_POLL_TIMEOUT_MS": "100",
+        "PROCESSOR_LOG_LEVEL": "DEBUG",
+    }
+    worker = WorkerProcess("secured-worker", worker_env, dep.tmp_path / "worker.log")
+    recorder = Recorder("get_weather")
+    runner = Executor(
+        executor,
+        recorder.handlers,
+        group=dep.executor_group,
+        verifier=Keyring.load(keyring),
+    )
+    try:
+        await worker.wait_ready(timeout=90)
+        await runner.start()
+
+        # the adapter (gateway): turn.started on control, the call's fragments
+        producer = AIOKafkaProducer(enable_idempotence=True, **adapter.kafka_client_kwargs())
+        await producer.start()
+        try:
+            for turn in ("t-1", "t-2"):
+                event = turn_started("acme", turn)
+                key = turn_key("acme", turn).encode()
+                await producer.send_and_wait(topics.control, encode(event), key=key)
+                for frag in call_events("acme", turn, "call_0", '{"city": "Oslo"}'):
+                    await producer.send_and_wait(topics.fragments, encode(frag), key=key)
+        finally:
+            await producer.stop()
+
+        # worker → dispatch (transactions), executor → runs each call once, writes results
+        # (results are read by the application, not by a role of the table: admin reads them)
+        done = await wait_results(dep.settings("admin"), 2, timeout=90)
+        assert {(r.turn_id, r.outcome) for r in done} == {
+            ("t-1", "succeeded"),
+            ("t-2", "succeeded"),
+        }
+        assert len(recorder.calls) == 2
+
+        # the operator: a signed tenant stop, written by `processor ctl` with its own ACLs
+        code, out, err = await run_cli(
+            ctl_cli,
+            ["ctl", "stop-tenant", "--tenant", "acme", "--reason", "drill", "--command-id",
+             "stop-1", "--key", str(keys / "ops-1.pem"), "--key-id", "ops-1",
+             "--operator", "oncall"],
+            dep.env("operator"),
+        )  # fmt: skip
+        assert code == 0, out + err
+
+        # the auditor reads the worker's audit of it
+        auditor = dep.settings("auditor")
+
+        async def audited() -> list[dict[str, Any]]:
+            found = [
+                orjson.loads(r.value) async for r in read_records(auditor, auditor.topics.audit)
+            ]
+            return [a for a in found if a.get("command_id") == "stop-1"]
+
+        [*audits] = await wait_until(audited, timeout=60, what="the stop audited")
+        assert {a["outcome"] for a in audits} == {"applied"}
+    finally:
+        await runner.stop()
+        worker.terminate()
+        code = await worker.wait_exit(timeout=30)
+        log = worker.log()
+        worker.close()
+    assert code == 0, log[-3000:]
+    # the secret came from the environment and never reaches the log, even at DEBUG
+    assert "sasl_password" in log and "**********" in log
+    assert dep.broker.password("worker") not in log
+
+
+async def test_each_principal_is_refused_what_its_acls_do_not_grant(
+    deployment: Deployment,
+) -> None:
+    dep = deployment
+    topics = dep.settings("adapter").topics
+    key = b"acme/t-1"
+
+    # an adapter writing dispatch (a forged executor input)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await produce(dep.settings("adapter"), topics.dispatch, b"{}", key)
+    # an executor writing control (granting itself a confirmation)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await produce(dep.settings("executor"), topics.control, b"{}", key)
+    # an operator reading dispatch (argument values)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await consume_once(dep.settings("operator"), topics.dispatch)
+    # an auditor reading the ledger, a worker reading dispatch
+    with pytest.raises(TopicAuthorizationFailedError):
+        await consume_once(dep.settings("auditor"), topics.ledger)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await consume_once(dep.settings("worker"), topics.dispatch)
+    # an adapter joining the assemblers' group, or using their transactional ids
+    consumer = AIOKafkaConsumer(
+        topics.fragments,
+        group_id=dep.common["group_id"],
+        **dep.settings("adapter").kafka_client_kwargs(),
+    )
+    with pytest.raises(GroupAuthorizationFailedError):
+        try:
+            await consumer.start()
+            await asyncio.wait_for(consumer.getone(), 15)
+        finally:
+            await consumer.stop()
+    producer = AIOKafkaProducer(
+        transactional_id=f"{dep.common['application_id']}-0",
+        **dep.settings("adapter").kafka_client_kwargs(),
+    )
+    with pytest.raises(TransactionalIdAuthorizationFailed):
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+
+
+async def test_unauthenticated_clients_are_refused(secured_broker: SecuredBroker) -> None:  # noqa: F811
+    broker = secured_broker
+    # no TLS, no SASL: the listener speaks neither
+    plain = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, request_timeout_ms=5000)
+    with pytest.raises(KafkaError):
+        try:
+            await asyncio.wait_for(plain.start(), 20)
+        finally:
+            await plain.stop()
+    # TLS that trusts the CA, but no SASL (anonymous)
+    context = ssl.create_default_context(cafile=str(broker.cafile))
+    anonymous = AIOKafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        security_protocol="SSL",
+        ssl_context=context,
+        request_timeout_ms=5000,
+    )
+    with pytest.raises(KafkaError):
+        try:
+            await asyncio.wait_for(anonymous.start(), 20)
+        finally:
+            await anonymous.stop()
+    # a known user with a wrong password
+    wrong = broker.settings("worker", sasl_password="not-it")
+    impostor = AIOKafkaProducer(**wrong.kafka_client_kwargs())
+    with pytest.raises(KafkaError):
+        try:
+            await asyncio.wait_for(impostor.start(), 20)
+        finally:
+            await impostor.stop()
+    # a TLS client that does not trust the broker's CA
+    untrusted = AIOKafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        security_protocol="SASL_SSL",
+        ssl_context=ssl.create_default_context(),
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="worker",
+        sasl_plain_password=broker.password("worker"),
+        request_timeout_ms=5000,
+    )
+    with pytest.raises((KafkaError, KafkaConnectionError, ssl.SSLError)):
+        try:
+            await asyncio.wait_for(untrusted.start(), 20)
+        finally:
+            await untrusted.stop()
