@@ -53,7 +53,8 @@ class LimitsSettings(BaseModel):
     max_call_bytes: int = Field(default=Limits.max_call_bytes, gt=0)
     max_deltas: int = Field(default=Limits.max_deltas, gt=0)
     max_reorder_window: int = Field(default=Limits.max_reorder_window, gt=0)
-    max_depth: int = Field(default=Limits.max_depth, gt=0)
+    # Arguments are re-encoded inside dispatch records; orjson writes at most 254 levels.
+    max_depth: int = Field(default=Limits.max_depth, gt=0, le=200)
     idle_timeout_seconds: float = Field(default=Limits.idle_timeout_seconds, gt=0)
     max_open_buffers: int = Field(default=Limits.max_open_buffers, gt=0)
     max_open_buffers_per_tenant: int = Field(default=Limits.max_open_buffers_per_tenant, gt=0)

@@ -36,8 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-import orjson
-
 from processor.adapters.base import Handler, OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
 from processor.adapters.verdicts import SPLICED, StopTable, normal, voiding
@@ -254,5 +252,5 @@ class AnthropicMessagesAdapter(StreamAdapter):
             self.anomaly("content_block_stop of a withheld call ignored")
             return []
         return self.end_call(
-            call, "content_block_stop", empty=orjson.dumps(call.start_input).decode()
+            call, "content_block_stop", empty=_F.json_text(call.start_input, "tool_use input")
         )

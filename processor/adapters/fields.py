@@ -75,6 +75,17 @@ class Fields:
         """A ``bad_chunk`` naming this provider."""
         return bad_chunk(self.provider, detail)
 
+    def json_text(self, value: object, what: str) -> str:
+        """``value`` (decoded provider JSON) as JSON text; ``bad_chunk`` when it cannot be written.
+
+        orjson reads 1,024 levels of nesting but writes 255, so a deep object a provider sent
+        can be decoded and still not be encodable: that is bad input, not a crash.
+        """
+        try:
+            return orjson.dumps(value).decode()
+        except orjson.JSONEncodeError:
+            raise self.bad(f"{what} cannot be encoded as JSON (nested too deep)") from None
+
     def opt(self, obj: dict[str, Any], key: str, kind: type[T], of: str = "") -> T | None:
         """``obj[key]`` when absent/None or of ``kind`` (a bool is not an integer), else bad."""
         value = obj.get(key)

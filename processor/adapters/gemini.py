@@ -707,10 +707,7 @@ def _whole_text(fc: dict[str, Any]) -> str:
         args = {}
     if not isinstance(args, dict) or "partialArgs" in fc:
         raise _F.bad("functionCall args is not an object")
-    try:
-        return orjson.dumps(args).decode()
-    except orjson.JSONEncodeError:
-        raise _F.bad("functionCall args cannot be encoded") from None
+    return _F.json_text(args, "functionCall args")
 
 
 def _block_reason(chunk: dict[str, Any]) -> object:

@@ -48,8 +48,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-import orjson
-
 from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
 from processor.adapters.verdicts import (
@@ -94,7 +92,7 @@ def _arguments(function: dict[str, Any]) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):  # a few servers send the object itself
-        return orjson.dumps(value).decode()
+        return _F.json_text(value, "field 'arguments' of a tool call")
     raise _F.bad("field 'arguments' of a tool call is not a string or an object")
 
 

@@ -78,15 +78,19 @@ def record_json(record: ConsumerRecord) -> bytes:
         value = orjson.loads(record.value) if record.value is not None else None
     except orjson.JSONDecodeError:
         value = record.value.decode("utf-8", "replace") if record.value else None
-    return orjson.dumps(
-        {
-            "partition": record.partition,
-            "offset": record.offset,
-            "key": record.key.decode("utf-8", "replace") if record.key is not None else None,
-            "traceparent": trace.decode("ascii", "replace") if trace else None,
-            "value": value,
-        }
-    )
+    line = {
+        "partition": record.partition,
+        "offset": record.offset,
+        "key": record.key.decode("utf-8", "replace") if record.key is not None else None,
+        "traceparent": trace.decode("ascii", "replace") if trace else None,
+        "value": value,
+    }
+    try:
+        return orjson.dumps(line)
+    except orjson.JSONEncodeError:
+        # orjson reads deeper nesting than it writes (1024 vs 255 levels): keep the raw text
+        line["value"] = record.value.decode("utf-8", "replace") if record.value else None
+        return orjson.dumps(line)
 
 
 def record_line(record: ConsumerRecord) -> str:

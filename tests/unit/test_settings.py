@@ -165,3 +165,10 @@ def test_keyring_flag_repeats_and_takes_folders(tmp_path: Path, command: list[st
         verifier = executor_commands._verifier(settings, allow_unsigned=False)
     assert isinstance(verifier, Keyring)
     assert all(key_id in verifier for key_id in ("ops-a", "ops-b", "ops-c"))
+
+
+def test_max_depth_stays_encodable() -> None:
+    """Deeper arguments than orjson writes (254 levels) would crash the dispatch encoder."""
+    assert Settings(limits={"max_depth": 200}).limits.max_depth == 200
+    with pytest.raises(ValidationError):
+        Settings(limits={"max_depth": 300})
