@@ -125,3 +125,37 @@ def bedrock(recording: str) -> Iterator[dict[str, Any]]:
     for line in (DATA / recording).read_bytes().splitlines():
         if line.strip():
             yield orjson.loads(line)
+
+
+class _RawBody:
+    """The part of urllib3's response botocore's EventStream reads: ``stream()`` of byte chunks."""
+
+    def __init__(self, data: bytes, chunk: int = 37) -> None:
+        self._data = data
+        self._chunk = chunk  # odd-sized reads: frames arrive split, as from a socket
+
+    def stream(self, amt: int = 1024) -> Iterator[bytes]:
+        for start in range(0, len(self._data), self._chunk):
+            yield self._data[start : start + self._chunk]
+
+    def close(self) -> None:
+        pass
+
+
+def botocore_event_stream(recording: str) -> Any:
+    """What ``converse_stream(...)["stream"]`` really is: botocore's ``EventStream`` over the
+    recorded eventstream bytes, parsed by botocore with the bedrock-runtime service model."""
+    import boto3
+    from botocore.eventstream import EventStream
+    from botocore.parsers import EventStreamJSONParser
+
+    client = boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    operation = client.meta.service_model.operation_model("ConverseStream")
+    shape = operation.output_shape.members["stream"]
+    raw = _RawBody((DATA / recording).read_bytes())
+    return EventStream(raw, shape, EventStreamJSONParser(), "ConverseStream")

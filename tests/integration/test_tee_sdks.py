@@ -114,6 +114,13 @@ async def test_each_sdk_stream_type_dispatches_through_the_tee(runtime: Runtime)
         assert got == frames
         expected["boto3"] = [TEMPERATURE]
 
+        # botocore's own EventStream object, parsing the recorded eventstream bytes
+        turn = _turn("botocore")
+        events = sdk.botocore_event_stream("bedrock-converse/nova-text-then-tooluse.eventstream")
+        got = list(tee_stream_sync(events, blocking, turn=turn, start_turn=True))
+        assert len(got) == len(frames) and next(iter(got[0])) == "messageStart"
+        expected["botocore"] = [TEMPERATURE]
+
         turn = _turn("httpx-eventstream")
         raw = (sdk.DATA / "bedrock-converse/nova-text-then-tooluse.eventstream").read_bytes()
         response = httpx.Response(200, content=raw)
