@@ -55,6 +55,7 @@ async def test_a_cancel_committed_before_the_terminal_wins_on_a_backlog(runtime:
     ledger = [r for r in await runtime.read("ledger") if r["turn_id"] == "turn-T"]
     assert [(r["state"], r["terminal_reason"]) for r in ledger] == [("cancelled", "user_stop")]
     audit = [a for a in await runtime.read("audit") if a["command_id"] == cancel.command_id]
-    assert [(a["outcome"], [k["call_id"] for k in a["affected"]]) for a in audit] == [
-        ("applied", ["call_0"])
-    ]
+    assert [a["outcome"] for a in audit] == ["applied"]
+    # the call was open when the cancel applied (affected), or not yet read at all (the worker
+    # read control ahead of fragments; the call then starts on a cancelled turn): never acted
+    assert [k["call_id"] for k in audit[0]["affected"]] in (["call_0"], [])
