@@ -1,0 +1,87 @@
+"""``python -m tests.chaos``: one long chaos run (or several seeds), printed as JSON and a table row.
+
+    python -m tests.chaos --seed 1 --turns 2000 --duration 150 --faults 7
+    make chaos SEEDS="1 2 3 4 5"
+
+A long run starts a broker of its own (``scripts/kafka-local`` in ``--workdir``, ports
+``--broker-port`` and the next one) so that broker faults never touch another broker, and applies
+every fault kind: SIGKILL, SIGTERM, SIGSTOP past the session and transaction timeouts (a zombie),
+and ``kill -9`` of the broker. Exit status 1 when any run lost, duplicated or dispatched unsafely.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from tests.chaos.faults import FaultKind
+from tests.chaos.run import Options, Report, run
+
+
+def _row(report: Report) -> str:
+    v = report.verdict.summary()
+    worst = v["max_recovery_seconds"]
+    kinds = ", ".join(f"{k} {s:.1f}" for k, s in worst.items())
+    return (
+        f"| {report.options.seed} | {report.options.turns} | {len(report.faults)} "
+        f"({', '.join(sorted({str(f.kind) for f in report.faults}))}) | {v['calls']} | "
+        f"{v['must_dispatch']} | {v['lost']} | {v['duplicated']} | {v['unsafe']} | "
+        f"{v['wrong_arguments']} | {v['expired']} | {kinds} | {report.seconds:.0f} |"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
+    parser.add_argument("--seed", type=int, nargs="+", default=[1])
+    parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--duration", type=float, default=150.0)
+    parser.add_argument("--faults", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--kinds", default="kill,stop,term,broker")
+    parser.add_argument("--bootstrap", default=None, help="use this broker (no broker faults)")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/chaos"))
+    parser.add_argument("--broker-port", type=int, default=19292)
+    parser.add_argument("--json", type=Path, default=None, help="append each report here")
+    args = parser.parse_args()
+    kinds = [FaultKind(k) for k in args.kinds.split(",") if k]
+    failed = False
+    rows = []
+    for seed in args.seed:
+        workdir = args.workdir / f"seed-{seed}"
+        shutil.rmtree(workdir, ignore_errors=True)
+        options = Options(
+            seed=seed,
+            turns=args.turns,
+            duration=args.duration,
+            workers=args.workers,
+            partitions=args.partitions,
+            faults=args.faults,
+            kinds=kinds,
+            bootstrap=args.bootstrap,
+            workdir=workdir,
+            broker_port=args.broker_port,
+        )
+        report = asyncio.run(run(options))
+        data = report.as_json()
+        print(json.dumps(data, indent=1, default=str), flush=True)
+        if args.json is not None:
+            with args.json.open("a") as out:
+                out.write(json.dumps(data, default=str) + "\n")
+        rows.append(_row(report))
+        failed = failed or not report.verdict.ok
+    print(
+        "| seed | turns | faults | calls | must act | lost | duplicated | unsafe | wrong args "
+        "| expired | max recovery s | run s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

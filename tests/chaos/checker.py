@@ -1,0 +1,175 @@
+"""The chaos suite's checker: reads the outputs (read_committed, from the beginning) and judges.
+
+For every call of the plan (see :class:`~tests.chaos.workload.Expect`):
+
+* **lost**: a call that must act was never dispatched.
+* **duplicated**: a call dispatched more than once (two dispatch records, whatever their ids).
+* **unsafe**: a call that must never act was dispatched (cancelled before its terminal or its
+  response end, truncated, schema-invalid).
+* **wrong_arguments**: dispatched arguments differ from the generated ones.
+* **expired**: a late-bound call a fault delayed past the binding wait (ledger says so); it is
+  inert, never dispatched, and counted apart from *lost*.
+* **ledger_mismatch**: the ledger's ``dispatched`` entries and the dispatch records disagree
+  (they are written in one transaction).
+* **cancels_unaudited**: a cancellation the gateway wrote that has no ``applied`` audit record.
+
+Recovery per fault: the longest wait, over the partitions that dispatched anything after the
+fault, from the fault to that partition's first dispatch record after it (record timestamps).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from processor.runtime.tail import read_records
+from processor.settings import Settings
+from tests.chaos.faults import Fault
+from tests.chaos.workload import Expect, Plan
+
+CallKey = tuple[str, str, str]
+
+
+@dataclass
+class Verdict:
+    calls: int = 0
+    must_dispatch: int = 0
+    dispatched: int = 0
+    lost: list[CallKey] = field(default_factory=list)
+    duplicated: list[CallKey] = field(default_factory=list)
+    unsafe: list[CallKey] = field(default_factory=list)
+    wrong_arguments: list[CallKey] = field(default_factory=list)
+    expired: list[CallKey] = field(default_factory=list)
+    ledger_mismatch: int = 0
+    cancels_unaudited: int = 0
+    indeterminate: int = 0
+    ledger_reasons: dict[str, int] = field(default_factory=dict)
+    recovery: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost
+            or self.duplicated
+            or self.unsafe
+            or self.wrong_arguments
+            or self.ledger_mismatch
+            or self.cancels_unaudited
+        )
+
+    def summary(self) -> dict[str, Any]:
+        worst: dict[str, float] = {}
+        for r in self.recovery:
+            if r["seconds"] is not None:
+                worst[r["kind"]] = max(worst.get(r["kind"], 0.0), r["seconds"])
+        return {
+            "calls": self.calls,
+            "must_dispatch": self.must_dispatch,
+            "dispatched": self.dispatched,
+            "lost": len(self.lost),
+            "duplicated": len(self.duplicated),
+            "unsafe": len(self.unsafe),
+            "wrong_arguments": len(self.wrong_arguments),
+            "expired": len(self.expired),
+            "indeterminate": self.indeterminate,
+            "ledger_mismatch": self.ledger_mismatch,
+            "cancels_unaudited": self.cancels_unaudited,
+            "max_recovery_seconds": {k: round(v, 1) for k, v in sorted(worst.items())},
+            "examples": {
+                "lost": self.lost[:5],
+                "duplicated": self.duplicated[:5],
+                "unsafe": self.unsafe[:5],
+                "wrong_arguments": self.wrong_arguments[:5],
+            },
+        }
+
+
+async def read_topic(settings: Settings, role: str) -> list[tuple[int, float, dict[str, Any]]]:
+    """(partition, record time in seconds, value) of every committed record of an output."""
+    out = []
+    async for record in read_records(settings, settings.topics.output(role)):
+        out.append((record.partition, record.timestamp / 1000, orjson.loads(record.value)))
+    return out
+
+
+async def check(settings: Settings, plan: Plan, faults: list[Fault], cancels: list[str]) -> Verdict:
+    dispatch = await read_topic(settings, "dispatch")
+    ledger = await read_topic(settings, "ledger")
+    audit = await read_topic(settings, "audit")
+    return judge(plan, faults, cancels, dispatch, ledger, audit)
+
+
+def judge(
+    plan: Plan,
+    faults: list[Fault],
+    cancels: list[str],
+    dispatch: list[tuple[int, float, dict[str, Any]]],
+    ledger: list[tuple[int, float, dict[str, Any]]],
+    audit: list[tuple[int, float, dict[str, Any]]],
+) -> Verdict:
+    """Pure: the verdict from the plan, the faults and the records read."""
+    expect = plan.expectations()
+    arguments = plan.arguments()
+    v = Verdict(calls=len(expect))
+    v.must_dispatch = sum(1 for e in expect.values() if e is Expect.ONCE)
+    v.indeterminate = sum(1 for e in expect.values() if e is Expect.AT_MOST_ONCE)
+
+    def key(r: dict[str, Any]) -> CallKey:
+        return (r["tenant"], r["turn_id"], r["call_id"])
+
+    counts = Counter(key(r) for _, _, r in dispatch)
+    v.dispatched = len(counts)
+    for k, r in ((key(r), r) for _, _, r in dispatch):
+        if k in arguments and r["arguments"] != arguments[k] and k not in v.wrong_arguments:
+            v.wrong_arguments.append(k)
+    reasons: dict[CallKey, str] = {}
+    for _, _, r in ledger:
+        reasons[key(r)] = r.get("terminal_reason") or r.get("state", "?")
+    v.ledger_reasons = dict(Counter(reasons.get(k, "none") for k in expect))
+    for k, e in sorted(expect.items()):
+        n = counts.get(k, 0)
+        if n > 1:
+            v.duplicated.append(k)
+        if e is Expect.NEVER and n:
+            v.unsafe.append(k)
+        elif e is Expect.ONCE and not n:
+            if reasons.get(k) == "permission_denied" and faults:
+                v.expired.append(k)  # binding wait passed while a fault held the worker
+            else:
+                v.lost.append(k)
+    dispatched_in_ledger = {key(r) for _, _, r in ledger if r.get("state") == "dispatched"}
+    v.ledger_mismatch = len(dispatched_in_ledger ^ set(counts))
+    applied = {r["command_id"] for _, _, r in audit if r.get("outcome") in ("applied", "duplicate")}
+    v.cancels_unaudited = sum(1 for c in cancels if c not in applied)
+    v.recovery = recovery(faults, dispatch)
+    return v
+
+
+def recovery(
+    faults: list[Fault], dispatch: list[tuple[int, float, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    by_partition: dict[int, list[float]] = defaultdict(list)
+    for partition, ts, _ in dispatch:
+        by_partition[partition].append(ts)
+    for times in by_partition.values():
+        times.sort()
+    out = []
+    for fault in faults:
+        waits = [
+            next(t for t in times if t > fault.happened_at) - fault.happened_at
+            for times in by_partition.values()
+            if times and times[-1] > fault.happened_at
+        ]
+        out.append(
+            {
+                "kind": str(fault.kind),
+                "worker": fault.worker,
+                "at": round(fault.at, 1),
+                "seconds": round(max(waits), 2) if waits else None,
+                "down_seconds": round(fault.back_at - fault.happened_at, 1),
+            }
+        )
+    return out

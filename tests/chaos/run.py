@@ -1,0 +1,127 @@
+"""One chaos run: a broker, topics, N workers, the seeded load, the seeded faults, the verdict.
+
+``run(options)`` is what both the short test (``test_chaos_short.py``, on the shared broker,
+worker faults only) and the long runs (``python -m tests.chaos``, a broker of its own so it can
+be killed) call. Workers run with the product's default timeouts (session 10 s, heartbeat 1 s,
+transaction 9 s), so the recovery it measures is what a deployment gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.checker import Verdict, check, read_topic
+from tests.chaos.faults import Broker, Cluster, Fault, FaultKind, schedule
+from tests.chaos.workload import Driver, Expect, Plan
+from tests.integration.conftest import Runtime
+
+DEFAULT_TIMEOUTS = {
+    "PROCESSOR_SESSION_TIMEOUT_MS": "10000",
+    "PROCESSOR_HEARTBEAT_INTERVAL_MS": "1000",
+    "PROCESSOR_TRANSACTION_TIMEOUT_MS": "9000",
+    "PROCESSOR_COMMIT_TIMEOUT_SECONDS": "7",
+}
+
+
+@dataclass
+class Options:
+    seed: int
+    turns: int
+    duration: float  # seconds over which the load is written
+    workers: int = 2
+    partitions: int = 6
+    faults: int = 7
+    kinds: list[FaultKind] = field(
+        default_factory=lambda: [FaultKind.KILL, FaultKind.STOP, FaultKind.TERM]
+    )
+    bootstrap: str | None = None  # the shared broker; None: start one of the run's own
+    workdir: Path = Path("/tmp/chaos")
+    broker_port: int = 19292
+    settle_seconds: float = 180.0  # after the load: how long the calls may take to drain
+
+
+@dataclass
+class Report:
+    options: Options
+    verdict: Verdict
+    faults: list[Fault]
+    unexpected_exits: list[tuple[str, int]]
+    seconds: float
+    fates: dict[str, int]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.options.seed,
+            "turns": self.options.turns,
+            "workers": self.options.workers,
+            "partitions": self.options.partitions,
+            "faults": [f"{f.kind}@{f.at:.0f}s" for f in self.faults],
+            "fates": self.fates,
+            "seconds": round(self.seconds, 1),
+            "unexpected_exits": self.unexpected_exits,
+            "verdict": self.verdict.summary(),
+            "recovery": self.verdict.recovery,
+            "ledger_reasons": self.verdict.ledger_reasons,
+        }
+
+
+async def run(options: Options) -> Report:
+    started = time.monotonic()
+    options.workdir.mkdir(parents=True, exist_ok=True)
+    broker: Broker | None = None
+    if options.bootstrap is None:
+        broker = Broker(options.workdir / "broker", options.broker_port, options.broker_port + 1)
+        await broker.start()
+        bootstrap = broker.bootstrap
+    else:
+        bootstrap = options.bootstrap
+        assert FaultKind.BROKER not in options.kinds, "never kill the shared broker"
+    prefix = f"chaos{options.seed}x{uuid.uuid4().hex[:6]}."
+    runtime = Runtime(bootstrap, prefix, options.workdir, options.partitions)
+    plan = Plan.generate(options.seed, options.turns)
+    faults = schedule(
+        options.seed, options.faults, options.duration, options.kinds, options.workers
+    )
+    cluster = Cluster(runtime, options.workers, DEFAULT_TIMEOUTS, broker)
+    driver = Driver(runtime.settings, plan, options.duration)
+    try:
+        await runtime.create_topics()
+        await cluster.start()
+        load = asyncio.create_task(driver.run())
+        t0 = time.monotonic()
+        for fault in faults:
+            await asyncio.sleep(max(0.0, t0 + fault.at - time.monotonic()))
+            await cluster.apply(fault, driver.paused)
+        await load
+        await _settle(runtime, plan, options.settle_seconds)
+        verdict = await check(runtime.settings, plan, faults, driver.cancels)
+        exits = list(cluster.unexpected_exits)
+    finally:
+        await cluster.close()
+        await runtime.close()
+        if broker is not None:
+            await broker.stop()
+    fates: dict[str, int] = {}
+    for turn in plan.turns:
+        fates[turn.fate] = fates.get(turn.fate, 0) + 1
+    return Report(options, verdict, faults, exits, time.monotonic() - started, fates)
+
+
+async def _settle(runtime: Runtime, plan: Plan, timeout: float) -> None:
+    """Wait until every call that must act was dispatched and the group caught up (or timeout:
+    the checker then reports what is missing)."""
+    must = {k for k, e in plan.expectations().items() if e is Expect.ONCE}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dispatched = {
+            (r["tenant"], r["turn_id"], r["call_id"])
+            for _, _, r in await read_topic(runtime.settings, "dispatch")
+        }
+        if must <= dispatched and await runtime.caught_up():
+            return
+        await asyncio.sleep(2)
