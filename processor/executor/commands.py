@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from processor.cli_flags import KEYRING_HELP, add_connection_flags, load_settings
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.errors import ProcessorError
 from processor.executor.client import DEFAULT_GROUP, ExecutorClient
@@ -38,7 +39,6 @@ from processor.executor.handlers import load_handlers
 from processor.observability.logging import configure_logging, fields
 from processor.runtime import topics as runtime_topics
 from processor.runtime.clients import admin_client
-from processor.runtime.commands import KEYRING_HELP, add_connection_flags, load_settings
 from processor.settings import Settings
 
 __all__ = ["register"]
@@ -79,8 +79,6 @@ def _run_command(args: argparse.Namespace) -> int:
         keyring_file=args.keyring,
         metrics_port=args.metrics_port,
     )
-    if settings is None:
-        return 2
     configure_logging(settings.log_level)
     app_dir = str(Path(args.app_dir).resolve())
     if app_dir not in sys.path:

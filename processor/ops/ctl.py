@@ -53,6 +53,8 @@ import orjson
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from processor.cli_errors import CliError, classify
+from processor.cli_flags import add_connection_flags, load_settings
 from processor.core.errors import ConfigurationError, ProcessorError
 from processor.core.events import (
     CallConfirmed,
@@ -72,7 +74,6 @@ from processor.core.events import (
 )
 from processor.ops.signing import OperatorSigner, keygen
 from processor.runtime.clients import IdempotentProducer
-from processor.runtime.commands import add_connection_flags, load_settings
 from processor.settings import Settings
 
 __all__ = [
@@ -419,17 +420,18 @@ def _operator(cls: type[OperatorCommand]) -> Any:
 
 def _send(args: argparse.Namespace, events: Sequence[ControlEvent]) -> int:
     settings = load_settings(args, "processor ctl")
-    if settings is None:
-        return 2
     try:
         written = asyncio.run(write_control(settings, events))
     except (KafkaError, OSError) as exc:
-        print(
-            f"processor ctl: writing to {settings.topics.control} failed ({type(exc).__name__}: "
-            f"{exc}); re-run with --command-id {events[-1].command_id} to retry safely",
-            file=sys.stderr,
-        )
-        return 1
+        retry = f"re-run with --command-id {events[-1].command_id} to retry safely"
+        known = classify(exc, settings.bootstrap_servers)
+        if known is not None:  # e.g. the broker is unreachable: its code, and how to retry
+            known.hint = f"{known.hint}; then {retry}" if known.hint else retry
+            raise known from None
+        raise CliError(
+            f"writing to {settings.topics.control} failed ({type(exc).__name__}: {exc})",
+            hint=retry,
+        ) from None
     for item in written:
         if args.json:
             print(orjson.dumps(item.as_json()).decode())

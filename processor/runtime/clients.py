@@ -39,8 +39,8 @@ _MAX_POLL_SECONDS: Final = 0.5
 async def admin_client(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
     """``async with admin_client(settings) as admin``: started, and closed on the way out."""
     admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
-    await admin.start()
     try:
+        await admin.start()
         yield admin
     finally:
         await admin.close()
@@ -101,7 +101,11 @@ class IdempotentProducer:
         )
 
     async def start(self) -> None:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except BaseException:
+            await self._producer.stop()  # closed on every path: no "Unclosed AIOKafkaProducer"
+            raise
 
     async def stop(self) -> None:
         await self._producer.stop()
