@@ -27,8 +27,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import tempfile
-import traceback
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Final
@@ -192,6 +190,8 @@ def run(
         raise
     except BaseException as exc:
         if debug:
+            import traceback  # noqa: PLC0415  (only on failure: keeps start-up short)
+
             traceback.print_exc(file=sys.stderr)
         error = classify(exc, servers() or "the configured address")
         if error is None:
@@ -211,6 +211,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _write_report(command: str, exc: BaseException) -> str | None:
+    import tempfile  # noqa: PLC0415
+    import traceback  # noqa: PLC0415
+
     try:
         fd, path = tempfile.mkstemp(prefix="processor-error-", suffix=".txt")
         with os.fdopen(fd, "w") as report:
