@@ -150,16 +150,16 @@ def classify(exc: BaseException, servers: str = "the configured address") -> Cli
         return NoInput(
             f"cannot read {what}: {exc.strerror or exc}", hint="check the path and its permissions"
         )
-    name = type(exc).__name__
     module = type(exc).__module__
-    if module.startswith("processor.") and name in ("TopicLayoutError", "AclError"):
+    ours = {c.__name__ for c in type(exc).__mro__ if c.__module__.startswith("processor.")}
+    if ours & {"TopicLayoutError", "AclError"}:
         return ConfigInvalid(str(exc), hint="see `processor topics describe`")
-    if module.startswith("processor.") and name == "RegistryError":
+    if "RegistryError" in ours:
         return ConfigInvalid(str(exc), where="--tools / PROCESSOR_TOOLS_FILE")
-    if module.startswith("processor.") and name == "ConfigurationError":
-        return ConfigInvalid(str(exc))
-    if module.startswith("processor.") and name == "AdapterError":
+    if "AdapterError" in ours:
         return UsageError(str(exc))
+    if "ProcessorError" in ours:  # a configuration, keyring or handler problem, said plainly
+        return ConfigInvalid(str(exc))
     if module == "yaml" or module.startswith("yaml."):
         return ConfigInvalid(f"not valid YAML: {str(exc).splitlines()[0]}")
     return None
