@@ -128,6 +128,10 @@ def _kafka_error(exc: BaseException, servers: str) -> CliError | None:
     return None
 
 
+_UNREADABLE: Final = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+_PATH_HINT: Final = "check the path and its permissions"
+
+
 def classify(exc: BaseException, servers: str = "the configured address") -> CliError | None:
     """The one-line error of an expected failure, or None for a bug."""
     if isinstance(exc, CliError):
@@ -138,20 +142,20 @@ def classify(exc: BaseException, servers: str = "the configured address") -> Cli
     if kafka is not None:
         return kafka
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        address = _bind_address(str(exc))
         return ConfigInvalid(
-            "the metrics port is already in use",
+            f"the metrics port is already in use{f' ({address})' if address else ''}",
             where="PROCESSOR_METRICS_PORT / --metrics-port",
             hint="choose another port or stop the process holding it",
         )
-    if isinstance(
-        exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError
-    ):
+    if isinstance(exc, _UNREADABLE):
         what = exc.filename or "a file"
-        return NoInput(
-            f"cannot read {what}: {exc.strerror or exc}", hint="check the path and its permissions"
-        )
+        return NoInput(f"cannot read {what}: {exc.strerror or exc}", hint=_PATH_HINT)
     module = type(exc).__module__
     ours = {c.__name__ for c in type(exc).__mro__ if c.__module__.startswith("processor.")}
+    if ours and isinstance(exc.__context__, _UNREADABLE):  # a file it names cannot be read
+        where = "--tools / PROCESSOR_TOOLS_FILE" if "RegistryError" in ours else None
+        return NoInput(str(exc), where=where, hint=_PATH_HINT)
     if ours & {"TopicLayoutError", "AclError"}:
         return ConfigInvalid(str(exc), hint="see `processor topics describe`")
     if "RegistryError" in ours:
@@ -165,8 +169,13 @@ def classify(exc: BaseException, servers: str = "the configured address") -> Cli
     return None
 
 
-_UNREADABLE: Final = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
-_PATH_HINT: Final = "check the path and its permissions"
+def _bind_address(text: str) -> str:
+    """``host:port`` from asyncio's "error while attempting to bind on address ('h', p)"."""
+    start, end = text.find("("), text.find(")")
+    if start < 0 or end < start:
+        return ""
+    host, _, port = text[start + 1 : end].partition(",")
+    return f"{host.strip(chr(39))}:{port.strip()}" if port else ""
 
 
 def debug_requested(argv: list[str]) -> bool:

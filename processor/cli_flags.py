@@ -9,9 +9,11 @@ offline commands stay fast. An invalid setting becomes a one-line
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
-from processor.cli_errors import ConfigInvalid
+from processor.cli_errors import ConfigInvalid, debug_requested
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -80,7 +82,19 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
     except ValidationError as exc:
         raise settings_error(exc) from None
     _current[:] = [settings]
+    _quiet_kafka_client_logs()
     return settings
+
+
+def _quiet_kafka_client_logs() -> None:
+    """aiokafka's own error lines go to the process's logs when it configured logging (worker,
+    executor), never bare to a one-shot command's stderr, where the error boundary says it in
+    one line (``--debug`` shows them)."""
+    client_log = logging.getLogger("aiokafka")
+    if not debug_requested(sys.argv[1:]) and not any(
+        isinstance(h, logging.NullHandler) for h in client_log.handlers
+    ):
+        client_log.addHandler(logging.NullHandler())
 
 
 def load_settings(args: argparse.Namespace, command: str = "processor", **extra: Any) -> Settings:

@@ -53,7 +53,7 @@ import orjson
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from processor.cli_errors import CliError, classify
+from processor.cli_errors import CliError, ConfigInvalid, UsageError, classify
 from processor.cli_flags import add_connection_flags, load_settings
 from processor.core.errors import ConfigurationError, ProcessorError
 from processor.core.events import (
@@ -388,11 +388,7 @@ def _deny(args: argparse.Namespace) -> int:
 
 def _operator(cls: type[OperatorCommand]) -> Any:
     def run(args: argparse.Namespace) -> int:
-        try:
-            signer = load_signer(args.key, args.key_id, args.operator)
-        except ProcessorError as exc:
-            print(f"processor ctl: {exc}", file=sys.stderr)
-            return 2
+        signer = load_signer(args.key, args.key_id, args.operator)  # errors: one line, exit 78
         target: dict[str, Any]
         if cls is ResponseQuarantined:
             target = {"tenant": args.tenant, "turn_id": args.turn, "response_id": args.response}
@@ -411,8 +407,7 @@ def _operator(cls: type[OperatorCommand]) -> Any:
                 **target,
             )
         except ValidationError as exc:
-            print(f"processor ctl: invalid command: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(f"invalid command: {describe_validation_error(exc)}") from None
         return _send(args, [command])
 
     return run
@@ -448,8 +443,7 @@ def _keygen(args: argparse.Namespace) -> int:
             Path(args.out), args.key_id, args.operator, tenants, max_ttl_seconds=args.max_ttl
         )
     except ProcessorError as exc:
-        print(f"processor ctl keygen: {exc}", file=sys.stderr)
-        return 2
+        raise ConfigInvalid(str(exc), where="--out, --key-id, --tenants") from None
     print(f"private key (keep it, mode 0600): {pem}")
     print(f"keyring entry (put it in the workers' keyring folder, or merge it): {entry}")
     return 0
