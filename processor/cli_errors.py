@@ -6,7 +6,7 @@ Exit codes (sysexits style, also in the README, "When something goes wrong")::
     1    the command ran and reports a failure (a bad chunk in ``adapt``, schemas drifted, a
          worker's fatal processing error)
     2    usage: bad flags or arguments
-    66   no input: a file is missing or cannot be read
+    66   no input: a file is missing or cannot be read (or written)
     69   unavailable: the Kafka broker cannot be reached (a worker or executor waits
          ``PROCESSOR_STARTUP_TIMEOUT_SECONDS`` first)
     70   internal error: a bug; one line, plus the file holding the full report
@@ -151,6 +151,8 @@ def classify(exc: BaseException, servers: str = "the configured address") -> Cli
     if isinstance(exc, _UNREADABLE):
         what = exc.filename or "a file"
         return NoInput(f"cannot read {what}: {exc.strerror or exc}", hint=_PATH_HINT)
+    if isinstance(exc, OSError) and exc.filename:
+        return NoInput(f"cannot use {exc.filename}: {exc.strerror or exc}", hint=_PATH_HINT)
     module = type(exc).__module__
     ours = {c.__name__ for c in type(exc).__mro__ if c.__module__.startswith("processor.")}
     if ours and isinstance(exc.__context__, _UNREADABLE):  # a file it names cannot be read
