@@ -142,7 +142,7 @@ def test_worker_logs_each_attempt_with_the_address() -> None:
              "--key-id", "k", "--operator", "o"],
             "missing.pem: cannot read",
         ),
-    ],  # fmt: skip
+    ],
     ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else None,
 )
 def test_missing_or_unreadable_file_exits_66(argv: list[str], cause: str) -> None:
