@@ -337,6 +337,15 @@ class Worker:
                 async with self.manager.lock:
                     await self.manager.close_all()
                 await consumer.stop()  # leaves the group
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # we are being cancelled ourselves
+            # aiokafka's fetcher re-raises the cancellation of its own pending fetches when the
+            # broker is gone; the consumer's client is then still open: close it
+            log.warning("unclean shutdown", extra=fields(error="CancelledError"))
+            with contextlib.suppress(Exception):
+                await consumer._client.close()
         except Exception as exc:
             log.warning("unclean shutdown", extra=fields(error=type(exc).__name__))
         if self.health is not None:
