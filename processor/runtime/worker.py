@@ -44,7 +44,7 @@ from processor.observability import metrics
 from processor.observability.health import HealthServer
 from processor.observability.logging import fields
 from processor.runtime.assignment import PartitionManager
-from processor.runtime.clients import admin_client
+from processor.runtime.clients import admin_client, stop_consumer
 from processor.runtime.partition import PartitionTask, Step
 from processor.runtime.reachability import BrokerWatch, wait_for_broker
 from processor.runtime.topics import check_copartitioning, describe_topics
@@ -336,16 +336,7 @@ class Worker:
             async with asyncio.timeout(_STOP_GRACE_S):
                 async with self.manager.lock:
                     await self.manager.close_all()
-                await consumer.stop()  # leaves the group
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # we are being cancelled ourselves
-            # aiokafka's fetcher re-raises the cancellation of its own pending fetches when the
-            # broker is gone; the consumer's client is then still open: close it
-            log.warning("unclean shutdown", extra=fields(error="CancelledError"))
-            with contextlib.suppress(Exception):
-                await consumer._client.close()
+                await stop_consumer(consumer)  # leaves the group
         except Exception as exc:
             log.warning("unclean shutdown", extra=fields(error=type(exc).__name__))
         if self.health is not None:
