@@ -247,3 +247,27 @@ def test_usage_errors_exit_2() -> None:
     result = run("replay")
     assert result.returncode == ExitCode.USAGE
     assert "--tools" in result.stderr and "Traceback" not in result.stderr
+
+
+# ----------------------------------------------------------------------------- lazy start
+
+
+def test_the_parser_imports_only_the_command_it_runs() -> None:
+    code = (
+        "import sys; import processor.cli as c; c.build_parser(sys.argv[1:]);"
+        "print(sorted(m for m in ('pydantic', 'aiokafka', 'jsonschema') if m in sys.modules))"
+    )
+    for argv in ([], ["adapt", "--help"], ["replay"], ["states"], ["schemas"]):
+        result = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True
+        )
+        assert result.stdout.strip() == "[]", (argv, result.stdout)
+
+
+def test_the_command_table_matches_the_registered_commands() -> None:
+    from processor.cli import COMMANDS, build_parser
+
+    parser = build_parser()  # every module registers its commands
+    actions = [a for a in parser._actions if a.dest == "command"]
+    registered = {c.dest: c.help for c in actions[0]._choices_actions}
+    assert registered == {name: text for name, (_, text) in COMMANDS.items()}
