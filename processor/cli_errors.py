@@ -96,11 +96,40 @@ def broker_unreachable(servers: str) -> Unavailable:
     return Unavailable(f"cannot reach Kafka at {servers}", where=BOOTSTRAP_SETTING, hint=KAFKA_HINT)
 
 
+_client_errors: list[str] = []  # aiokafka's last error lines (it logs causes it does not raise)
+_AUTH_FAILED: Final = ("SaslAuthenticationFailed", "Authentication failed")
+
+
+def record_client_errors(logger_name: str = "aiokafka") -> None:
+    """Remember the Kafka client's error log lines instead of printing them: aiokafka reports a
+    refused login only in its log, then raises a bare "Unable to bootstrap"."""
+    import logging  # noqa: PLC0415
+
+    class _Recorder(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            _client_errors[:] = [*_client_errors[-9:], record.getMessage()]
+
+    client_log = logging.getLogger(logger_name)
+    if not any(type(h).__name__ == "_Recorder" for h in client_log.handlers):
+        client_log.addHandler(_Recorder(logging.ERROR))
+
+
+def _login_refused(exc: BaseException) -> bool:
+    lines = [*_client_errors, *(str(n) for n in getattr(exc, "__notes__", ()))]
+    return any(marker in line for line in lines for marker in _AUTH_FAILED)
+
+
 def _kafka_error(exc: BaseException, servers: str) -> CliError | None:
     """aiokafka's errors, recognised without importing aiokafka."""
     if not type(exc).__module__.startswith("aiokafka"):
         return None
     name = type(exc).__name__
+    if name == "KafkaConnectionError" and _login_refused(exc):
+        return NotAuthorised(
+            f"Kafka at {servers} rejected the credentials",
+            where="PROCESSOR_SASL_USERNAME, PROCESSOR_SASL_PASSWORD",
+            hint="check the user, password and mechanism",
+        )
     if name in ("KafkaConnectionError", "NodeNotReadyError", "RequestTimedOutError"):
         return broker_unreachable(servers)
     if name == "KafkaTimeoutError":

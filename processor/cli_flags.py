@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
-from processor.cli_errors import ConfigInvalid, debug_requested
+from processor.cli_errors import ConfigInvalid, debug_requested, record_client_errors
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -89,8 +89,9 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
 def _quiet_kafka_client_logs() -> None:
     """aiokafka's own error lines go to the process's logs when it configured logging (worker,
     executor), never bare to a one-shot command's stderr, where the error boundary says it in
-    one line (``--debug`` shows them)."""
+    one line (``--debug`` shows them). They are recorded for that line (a refused login)."""
     client_log = logging.getLogger("aiokafka")
+    record_client_errors()
     if not debug_requested(sys.argv[1:]) and not any(
         isinstance(h, logging.NullHandler) for h in client_log.handlers
     ):
