@@ -2,52 +2,103 @@
 
 Every command module exposes ``register(subparsers)``, which adds its sub-commands and sets
 ``func`` on each parser to a callable taking the parsed arguments and returning an exit code.
+
+Start-up stays short: :data:`COMMANDS` names each command's module and help, and only the module
+of the command being run is imported (``processor --help`` imports none). Command modules keep
+their heavy imports (aiokafka, pydantic models, jsonschema) inside the functions that need them.
+Every command runs inside the error boundary of :mod:`processor.cli_errors`: one line on stderr
+and a documented exit code, a traceback only with ``--debug``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
-from processor import commands_adapt, commands_offline
-from processor.executor import commands as executor_commands
-from processor.ops import audit as audit_commands
-from processor.ops import ctl as ctl_commands
-from processor.runtime import commands as runtime_commands
+from processor import cli_errors
 
 
 class _CommandModule(Protocol):
     def register(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
 
 
-COMMAND_MODULES: tuple[_CommandModule, ...] = (
-    commands_offline,
-    commands_adapt,
-    runtime_commands,
-    executor_commands,
-    ctl_commands,
-    audit_commands,
-)
+#: command → (the module registering it, its one-line help), in ``--help`` order
+COMMANDS: Final[dict[str, tuple[str, str]]] = {
+    "replay": ("processor.commands_offline", "run the Assembler over a JSON-lines event file"),
+    "schemas": ("processor.commands_offline", "JSON Schemas of the wire contract"),
+    "states": ("processor.commands_offline", "print the call state machine (mermaid)"),
+    "adapt": ("processor.commands_adapt", "normalise a provider stream into fragment events"),
+    "worker": ("processor.runtime.commands", "run one member of the assembler group"),
+    "topics": ("processor.runtime.commands", "create or describe the processor's topics"),
+    "tail": ("processor.runtime.commands", "print committed records of an output topic"),
+    "executor": ("processor.executor.commands", "run tool handlers on dispatched calls"),
+    "ctl": ("processor.ops.ctl", "write control events and signed operator commands"),
+    "audit": ("processor.ops.audit", "list the audit trail of control and operator commands"),
+}
+DEBUG_HELP: Final = "print the traceback of a failure (also PROCESSOR_LOG_LEVEL=DEBUG)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser. With ``argv``, only the module of the command in it is imported; the other
+    commands are listed by name and help. Without, every command is registered in full."""
     parser = argparse.ArgumentParser(
         prog="processor",
         description="Turn streamed LLM tool-call fragments into complete, validated calls.",
+        epilog="exit codes: 0 ok, 1 failure, 2 usage, 66 no input, 69 Kafka unavailable, "
+        "70 internal error, 77 not authorised, 78 configuration, 130 interrupted",
     )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        module.register(subparsers)
+    wanted = _command_in(argv) if argv is not None else None
+    modules = (
+        {module for module, _ in COMMANDS.values()}
+        if argv is None
+        else {COMMANDS[wanted][0]}
+        if wanted is not None
+        else set()
+    )
+    registered: set[str] = set()
+    for module_name in dict.fromkeys(module for module, _ in COMMANDS.values()):
+        if module_name in modules:
+            module: _CommandModule = importlib.import_module(module_name)
+            before = set(subparsers.choices)
+            module.register(subparsers)
+            registered |= set(subparsers.choices) - before
+    for name, (_, text) in COMMANDS.items():
+        if name not in registered:
+            subparsers.add_parser(name, help=text, add_help=False)
     return parser
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    debug = cli_errors.debug_requested(arguments)
+    if "--debug" in arguments:  # accepted anywhere on the line
+        arguments.remove("--debug")
+        arguments.insert(0, "--debug")
+    parser = build_parser(arguments)
+    args = parser.parse_args(arguments)
+    command = f"processor {args.command}"
+
+    def servers() -> str | None:
+        from processor.cli_flags import current_settings  # noqa: PLC0415
+
+        settings = current_settings()
+        return settings.bootstrap_servers if settings is not None else None
+
+    return cli_errors.run(command, lambda: int(args.func(args)), debug=debug, servers=servers)
 
 
 if __name__ == "__main__":

@@ -18,33 +18,36 @@ which alternative of a multi-alternative response may act (see
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import sys
 import time
 import zlib
 from collections.abc import Iterator
-from typing import IO, Final, Literal
+from typing import IO, TYPE_CHECKING, Final, Literal
 
-from processor.adapters.anthropic import AnthropicMessagesAdapter
-from processor.adapters.base import StreamAdapter, TurnContext
-from processor.adapters.bedrock import BedrockConverseAdapter
-from processor.adapters.gemini import GeminiAdapter
-from processor.adapters.openai_chat import OpenAIChatAdapter
-from processor.adapters.openai_responses import OpenAIResponsesAdapter
-from processor.adapters.sse import ProviderEventDecoder
-from processor.core.errors import AdapterError
-from processor.core.events import FragmentEvent, TurnStarted, encode, stable_id
-from processor.observability import metrics
-from processor.runtime.commands import add_common_flags, settings_from_args
-from processor.runtime.publish import publish_events
+from processor.cli_errors import UsageError
+from processor.cli_flags import add_common_flags, settings_from_args
 
-PROVIDERS: Final[dict[str, type[StreamAdapter]]] = {
-    "openai-responses": OpenAIResponsesAdapter,
-    "openai-chat": OpenAIChatAdapter,
-    "anthropic": AnthropicMessagesAdapter,
-    "gemini": GeminiAdapter,
-    "bedrock": BedrockConverseAdapter,
+if TYPE_CHECKING:  # imported when the command runs, so `processor adapt --help` stays fast
+    from processor.adapters.base import StreamAdapter, TurnContext
+    from processor.core.events import FragmentEvent, TurnStarted
+
+#: provider → ``module:class`` of its adapter (imported when the command runs)
+PROVIDERS: Final[dict[str, str]] = {
+    "openai-responses": "processor.adapters.openai_responses:OpenAIResponsesAdapter",
+    "openai-chat": "processor.adapters.openai_chat:OpenAIChatAdapter",
+    "anthropic": "processor.adapters.anthropic:AnthropicMessagesAdapter",
+    "gemini": "processor.adapters.gemini:GeminiAdapter",
+    "bedrock": "processor.adapters.bedrock:BedrockConverseAdapter",
 }
+
+
+def adapter_class(provider: str) -> type[StreamAdapter]:
+    """The adapter class of ``provider`` (a key of :data:`PROVIDERS`)."""
+    module, _, name = PROVIDERS[provider].partition(":")
+    cls: type[StreamAdapter] = getattr(importlib.import_module(module), name)
+    return cls
+
 
 InputFormat = Literal["sse", "jsonl", "eventstream"]
 READ_SIZE: Final = 64 * 1024
@@ -104,6 +107,10 @@ def adapt_stream(
 ) -> Iterator[FragmentEvent]:
     """Yield fragment events as the stream is read. A bad chunk or frame raises AdapterError;
     the caller then calls ``adapter.abort(reason)`` for the inert ``response.ended``."""
+    from processor.adapters.bedrock import BedrockConverseAdapter  # noqa: PLC0415
+    from processor.adapters.sse import ProviderEventDecoder  # noqa: PLC0415
+    from processor.core.errors import AdapterError  # noqa: PLC0415
+
     head = stream.read(READ_SIZE)
     chosen = fmt or detect_format(head)
     chunks = _chunks(head, stream)
@@ -134,6 +141,8 @@ def _chunks(head: bytes, stream: IO[bytes]) -> Iterator[bytes]:
 
 
 def _turn_started(ctx: TurnContext, now: float) -> TurnStarted:
+    from processor.core.events import TurnStarted, stable_id  # noqa: PLC0415
+
     return TurnStarted(
         command_id=stable_id("turn.started", ctx.tenant, ctx.turn_id),
         issued_by="processor-adapt",
@@ -146,21 +155,28 @@ def _turn_started(ctx: TurnContext, now: float) -> TurnStarted:
 
 
 def _adapt_command(args: argparse.Namespace) -> int:
+    if args.emit_turn_started and args.publish:
+        raise UsageError(
+            "--emit-turn-started is for offline use",
+            hint="the gateway (or `processor ctl start-turn`) writes turn.started to control",
+        )
+    stream: IO[bytes] = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    with stream:
+        return _adapt(args, stream)
+
+
+def _adapt(args: argparse.Namespace, stream: IO[bytes]) -> int:
+    from processor.adapters.base import TurnContext  # noqa: PLC0415
+    from processor.core.errors import AdapterError  # noqa: PLC0415
+    from processor.core.events import encode  # noqa: PLC0415
+
     try:
         ctx = TurnContext(
             tenant=args.tenant, turn_id=args.turn, actor=args.actor, session=args.session
         )
     except AdapterError as exc:
-        print(f"processor adapt: {exc}", file=sys.stderr)
-        return 2
-    if args.emit_turn_started and args.publish:
-        print(
-            "processor adapt: --emit-turn-started is for offline use; the gateway (or "
-            "`processor ctl start-turn`) writes turn.started to control",
-            file=sys.stderr,
-        )
-        return 2
-    adapter = PROVIDERS[args.provider](ctx, now=time.time, alternative=args.alternative)
+        raise UsageError(str(exc), where="--tenant, --turn, --actor, --session") from None
+    adapter = adapter_class(args.provider)(ctx, now=time.time, alternative=args.alternative)
     collected: list[FragmentEvent] = []
 
     def emit(event: FragmentEvent) -> None:
@@ -172,15 +188,13 @@ def _adapt_command(args: argparse.Namespace) -> int:
     if args.emit_turn_started:
         _write_line(encode(_turn_started(ctx, time.time())))
     failure: AdapterError | None = None
-    stream: IO[bytes] = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
-    with stream:
-        try:
-            for event in adapt_stream(stream, adapter, args.format):
-                emit(event)
-        except AdapterError as exc:
-            failure = exc
-            for event in adapter.abort(exc.reason):  # every call still open becomes inert
-                emit(event)
+    try:
+        for event in adapt_stream(stream, adapter, args.format):
+            emit(event)
+    except AdapterError as exc:
+        failure = exc
+        for event in adapter.abort(exc.reason):  # every call still open becomes inert
+            emit(event)
     if failure is not None:
         print(f"processor adapt: {failure}", file=sys.stderr)
     if adapter.unknown_events:
@@ -200,6 +214,11 @@ def _write_line(data: bytes) -> None:
 
 
 def _publish(args: argparse.Namespace, events: list[FragmentEvent], adapter: StreamAdapter) -> None:
+    import asyncio  # noqa: PLC0415
+
+    from processor.observability import metrics  # noqa: PLC0415
+    from processor.runtime.publish import publish_events  # noqa: PLC0415
+
     settings = settings_from_args(args)
     count = asyncio.run(publish_events(settings, events, args.traceparent))
     metrics.ADAPTER_UNKNOWN_EVENTS.labels(adapter.provider).inc(adapter.unknown_events)

@@ -9,33 +9,26 @@ themselves (``ts`` or ``issued_at``, never decreasing), so the same input gives 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from processor.core.assembler import Assembler
-from processor.core.errors import ProcessorError
-from processor.core.events import (
-    OUTPUT_TOPIC,
-    Audit,
-    DeadLetter,
-    Dispatch,
-    Ledger,
-    OutputRecord,
-    Proposal,
-    Status,
-)
-from processor.core.outputs import RecordSource
-from processor.core.policy import Limits
-from processor.core.states import mermaid
-from processor.schema_export import check_schemas, export_schemas
-from processor.toolsfile import load_registry
+if TYPE_CHECKING:  # the command imports them when it runs (``processor --help`` stays fast)
+    from processor.core.assembler import Assembler
+    from processor.core.events import OutputRecord
 
-KIND = {model: model.model_fields["type"].default for model in OUTPUT_TOPIC}
+
+@functools.cache
+def kinds() -> dict[type[Any], str]:
+    """Output model → its ``kind`` (the record's ``type``)."""
+    from processor.core.events import OUTPUT_TOPIC  # noqa: PLC0415
+
+    return {model: model.model_fields["type"].default for model in OUTPUT_TOPIC}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,13 +54,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check.set_defaults(func=lambda a: _check(Path(a.dir)))
 
     states = subparsers.add_parser("states", help="print the call state machine (mermaid)")
-    states.set_defaults(func=lambda _a: _print(mermaid()))
+    states.set_defaults(func=_states_command)
 
 
 def replay(
     lines: Iterable[bytes], assembler: Assembler, *, source: str = "replay"
 ) -> Iterator[OutputRecord]:
     """Feed each line to the Assembler, advancing time from the records; yield every output."""
+    from processor.core.outputs import RecordSource  # noqa: PLC0415
+
     now = 0.0
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
@@ -79,13 +74,15 @@ def replay(
 
 
 def output_line(record: OutputRecord) -> bytes:
-    data: dict[str, Any] = {"kind": KIND[type(record)]}
+    data: dict[str, Any] = {"kind": kinds()[type(record)]}
     data.update(record.model_dump(mode="json"))
     return orjson.dumps(data) + b"\n"
 
 
 def text_line(record: OutputRecord) -> bytes:
     """One readable line: dispatches and proposals show arguments; nothing else carries them."""
+    from processor.core.events import Audit, DeadLetter, Dispatch, Ledger, Proposal, Status  # noqa: PLC0415
+
     match record:
         case Dispatch():
             args = orjson.dumps(record.arguments).decode()
@@ -133,19 +130,20 @@ def _record_time(line: bytes) -> float:
 
 
 def _replay_command(args: argparse.Namespace) -> int:
-    try:
-        registry = load_registry(args.tools)
-    except ProcessorError as exc:
-        print(f"processor replay: {exc}", file=sys.stderr)
-        return 2
+    from processor.core.assembler import Assembler  # noqa: PLC0415
+    from processor.core.policy import Limits  # noqa: PLC0415
+    from processor.toolsfile import load_registry  # noqa: PLC0415
+
+    registry = load_registry(args.tools)  # a RegistryError is one line (the CLI's boundary)
+    stream: IO[bytes] = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
     assembler = Assembler(registry, Limits())
     counts: dict[str, int] = {}
     render = output_line if args.format == "json" else text_line
-    stream: IO[bytes] = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
+    kind_of = kinds()
     with stream:
         out = sys.stdout.buffer
         for record in replay(stream, assembler, source=args.events):
-            kind = KIND[type(record)]
+            kind = kind_of[type(record)]
             counts[kind] = counts.get(kind, 0) + 1
             out.write(render(record))
         out.flush()
@@ -156,18 +154,24 @@ def _replay_command(args: argparse.Namespace) -> int:
 
 
 def _export(folder: Path) -> int:
+    from processor.schema_export import export_schemas  # noqa: PLC0415
+
     for path in export_schemas(folder):
         print(path)
     return 0
 
 
 def _check(folder: Path) -> int:
+    from processor.schema_export import check_schemas  # noqa: PLC0415
+
     drift = check_schemas(folder)
     for line in drift:
         print(line, file=sys.stderr)
     return 1 if drift else 0
 
 
-def _print(text: str) -> int:
-    print(text)
+def _states_command(_args: argparse.Namespace) -> int:
+    from processor.core.states import mermaid  # noqa: PLC0415
+
+    print(mermaid())
     return 0

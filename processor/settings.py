@@ -146,6 +146,9 @@ class Settings(BaseSettings):
     ssl_key_password: SecretStr | None = None
     ssl_check_hostname: bool = True
     request_timeout_ms: int = Field(default=30_000, gt=0)
+    # how long a worker or executor waits for an unreachable broker (at start-up, or once lost)
+    # before it exits 69 (processor.runtime.reachability)
+    startup_timeout_seconds: float = Field(default=60.0, gt=0)
 
     # -- topics ----------------------------------------------------------------------------
     topic_prefix: str = "toolcalls."

@@ -57,7 +57,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from processor.adapters.base import TurnContext
-from processor.commands_adapt import PROVIDERS, adapt_stream
+from processor.commands_adapt import adapt_stream, adapter_class
 from processor.core.errors import AdapterError
 from processor.core.events import TurnStarted, encode, stable_id
 
@@ -425,7 +425,7 @@ def adapt(provider: str, turn_id: str, source: Path) -> list[dict[str, Any]]:
     recordings): ``turn.started``, then the adapter's fragment events. A chunk the adapter
     rejects ends the stream's open calls inert (``abort``), as the command does."""
     ctx = TurnContext(tenant=TENANT, turn_id=turn_id, actor=ACTOR)
-    adapter = PROVIDERS[provider](ctx, now=time.time)
+    adapter = adapter_class(provider)(ctx, now=time.time)
     started = TurnStarted(
         command_id=stable_id("turn.started", TENANT, turn_id),
         issued_by="demo-live",

@@ -9,9 +9,12 @@ stops it, or None.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from processor.core.registry import ToolDeclaration
 from processor.core.states import TerminalReason
+
+if TYPE_CHECKING:
+    from processor.core.registry import ToolDeclaration
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 A registry is built from an already-parsed document (``{"tools": [...]}``); reading and parsing
 the file is :mod:`processor.toolsfile`'s job, so this module stays pure. Each tool's ``parameters``
 is a JSON Schema (Draft 2020-12), checked with ``check_schema`` and compiled once, with format
-checking on. Aliases map an old name to this tool explicitly (a rename mid-release); a name is
-never guessed. Business validators are callables resolved by the loader from dotted paths.
+checking on (the checkers of the formats it uses, :mod:`processor.core.formats`). Aliases map an
+old name to this tool explicitly (a rename mid-release); a name is never guessed. Business
+validators are callables resolved by the loader from dotted paths.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
-
-from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import SchemaError
+from typing import TYPE_CHECKING, Any, Protocol
 
 from processor.core.errors import RegistryError
+from processor.core.formats import format_checker, jsonschema_module, used_formats
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 
 @dataclass(frozen=True)
@@ -164,11 +166,13 @@ def _declaration(
         raise RegistryError(detail=f"{where}: 'parameters' must be a JSON Schema object")
     if parameters.get("type", "object") != "object":
         raise RegistryError(detail=f"{where}: 'parameters' must describe an object")
+    jsonschema = jsonschema_module()
     try:
-        Draft202012Validator.check_schema(parameters)
-    except SchemaError as exc:
+        jsonschema.Draft202012Validator.check_schema(parameters)
+    except jsonschema.SchemaError as exc:
         raise RegistryError(detail=f"{where}: invalid JSON Schema: {exc.message}") from None
-    validator = Draft202012Validator(parameters, format_checker=FormatChecker())
+    checker = format_checker(used_formats(parameters))  # only the formats this schema uses
+    validator = jsonschema.Draft202012Validator(parameters, format_checker=checker)
     limits = entry.get("limits") or {}
     if not isinstance(limits, Mapping) or set(limits) - {"max_bytes", "max_deltas"}:
         raise RegistryError(detail=f"{where}: 'limits' accepts max_bytes and max_deltas")

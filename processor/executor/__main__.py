@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from processor import cli_errors
 from processor.executor import commands
 
 
@@ -11,8 +12,8 @@ def main() -> int:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.register(subparsers)
     args = parser.parse_args(["executor", *sys.argv[1:]])
-    code: int = args.func(args)
-    return code
+    debug = cli_errors.debug_requested(sys.argv[1:])
+    return cli_errors.run("processor executor", lambda: int(args.func(args)), debug=debug)
 
 
 sys.exit(main())

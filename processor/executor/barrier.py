@@ -38,7 +38,7 @@ from aiokafka.structs import ConsumerRecord
 from processor.core.errors import ConfigurationError, ProcessorError
 from processor.executor.fence import ApplyOutcome, FenceState
 from processor.observability import metrics
-from processor.runtime.clients import committed_reader, read_to_end
+from processor.runtime.clients import committed_reader, read_to_end, stop_consumer
 from processor.runtime.partitioner import partition_for
 from processor.runtime.topics import partition_count
 from processor.settings import Settings
@@ -93,7 +93,7 @@ class ControlBarrier:
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            await consumer.stop()
+            await stop_consumer(consumer)
 
     def partition_for_turn(self, tenant: str, turn_id: str) -> int:
         """The control partition of a turn (the one its turn-scoped events are keyed to)."""

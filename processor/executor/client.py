@@ -66,6 +66,7 @@ from processor.executor.records import (
 )
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
+from processor.runtime.clients import stop_consumer
 from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
 from processor.settings import Settings
@@ -292,7 +293,7 @@ class ExecutorClient:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             with contextlib.suppress(Exception):
-                await consumer.stop()
+                await stop_consumer(consumer)
         await self._barrier.stop()
         log.info("executor stopped", extra=fields(executor_id=self.executor_id))
 

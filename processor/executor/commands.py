@@ -16,8 +16,9 @@ commands the fence reads from ``control``; without one the executor refuses to s
 the deployment's missing topics first, ``results`` and ``executions`` included, as ``processor
 topics create`` does (local demos; a deployment creates its topics once, beforehand).
 
-Exit codes: 0 after a graceful stop (SIGTERM / SIGINT), 1 on a runtime failure, 2 on a
-configuration problem.
+Exit codes: 0 after a graceful stop (SIGTERM / SIGINT), 1 on a runtime failure, 69 when the
+broker stays unreachable for ``PROCESSOR_STARTUP_TIMEOUT_SECONDS`` (at start-up or later), 78 on
+a configuration problem (see :mod:`processor.cli_errors`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from processor.cli_errors import CliError, classify
+from processor.cli_flags import KEYRING_HELP, add_connection_flags, load_settings
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.errors import ProcessorError
 from processor.executor.client import DEFAULT_GROUP, ExecutorClient
@@ -38,7 +41,6 @@ from processor.executor.handlers import load_handlers
 from processor.observability.logging import configure_logging, fields
 from processor.runtime import topics as runtime_topics
 from processor.runtime.clients import admin_client
-from processor.runtime.commands import KEYRING_HELP, add_connection_flags, load_settings
 from processor.settings import Settings
 
 __all__ = ["register"]
@@ -79,23 +81,17 @@ def _run_command(args: argparse.Namespace) -> int:
         keyring_file=args.keyring,
         metrics_port=args.metrics_port,
     )
-    if settings is None:
-        return 2
     configure_logging(settings.log_level)
     app_dir = str(Path(args.app_dir).resolve())
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
-    try:
-        handlers = load_handlers(args.handlers)
-        verifier = _verifier(settings, allow_unsigned=args.allow_unsigned_operators)
-        registry = None
-        if settings.tools_file is not None:
-            from processor.toolsfile import load_registry  # noqa: PLC0415
+    handlers = load_handlers(args.handlers)
+    verifier = _verifier(settings, allow_unsigned=args.allow_unsigned_operators)
+    registry = None
+    if settings.tools_file is not None:
+        from processor.toolsfile import load_registry  # noqa: PLC0415
 
-            registry = load_registry(settings.tools_file)
-    except ProcessorError as exc:
-        print(f"processor executor: {exc}", file=sys.stderr)
-        return 2
+        registry = load_registry(settings.tools_file)
     client = ExecutorClient(
         settings,
         handlers,
@@ -106,11 +102,7 @@ def _run_command(args: argparse.Namespace) -> int:
         barrier_timeout_seconds=args.barrier_timeout,
         batch_size=args.batch_size,
     )
-    try:
-        return asyncio.run(_serve(client, create_topics=args.create_topics))
-    except (ProcessorError, runtime_topics.TopicLayoutError) as exc:
-        print(f"processor executor: {exc}", file=sys.stderr)
-        return 2
+    return asyncio.run(_serve(client, create_topics=args.create_topics))
 
 
 def _verifier(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
@@ -130,16 +122,22 @@ def _verifier(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
 
 
 async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
+    from processor.runtime.reachability import BrokerWatch, wait_for_broker  # noqa: PLC0415
+
     settings = client.settings
-    if create_topics:
-        async with admin_client(settings) as admin:
-            await runtime_topics.create_topics(settings, admin)
+    lost: list[CliError] = []
+
+    def on_lost(error: CliError) -> None:
+        lost.append(error)
+        client.request_stop()
+
+    broker = BrokerWatch(settings, on_lost)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, client.request_stop)
     health = None
-    if settings.metrics_port is not None:
+    if settings.metrics_port is not None:  # live while waiting for the broker, not ready
         from processor.observability.health import HealthServer  # noqa: PLC0415
 
         health = HealthServer(
@@ -147,23 +145,34 @@ async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
             settings.metrics_port,
             live=lambda: (True, {}),
             ready=lambda: (
-                bool(client.owned_partitions()),
-                {"partitions": client.owned_partitions()},
+                broker.reachable and bool(client.owned_partitions()),
+                {"partitions": client.owned_partitions(), "kafka_reachable": broker.reachable},
             ),
         )
         await health.start()
+    watch: asyncio.Task[None] | None = None
     try:
+        await wait_for_broker(settings)
+        if create_topics:
+            async with admin_client(settings) as admin:
+                await runtime_topics.create_topics(settings, admin)
         await client.start()
+        watch = asyncio.create_task(broker.run())
         try:
             await client.run()
         finally:
+            watch.cancel()
             await client.stop()
     except Exception as exc:
-        log.error("executor failed", extra=fields(error=type(exc).__name__, detail=str(exc)))
-        if isinstance(exc, ProcessorError):
+        if isinstance(exc, ProcessorError | CliError | runtime_topics.TopicLayoutError):
             raise
+        if classify(exc, settings.bootstrap_servers) is not None:
+            raise  # one line from the CLI's error boundary
+        log.error("executor failed", extra=fields(error=type(exc).__name__, detail=str(exc)))
         return 1
     finally:
         if health is not None:
             await health.stop()
+    if lost:
+        raise lost[0]
     return 0

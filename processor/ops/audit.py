@@ -31,8 +31,8 @@ from typing import IO, Any, Final
 import orjson
 from pydantic import ValidationError
 
+from processor.cli_flags import add_connection_flags, load_settings
 from processor.core.events import Audit, AuditOutcome, CallKey
-from processor.runtime.commands import add_connection_flags, load_settings
 from processor.runtime.tail import read_records
 from processor.settings import Settings
 
@@ -163,8 +163,6 @@ def _audit_command(args: argparse.Namespace) -> int:
 
 def run_audit(args: argparse.Namespace, out: IO[str]) -> int:
     settings = load_settings(args, "processor audit")
-    if settings is None:
-        return 2
     try:
         since = parse_since(args.since, time.time()) if args.since else None
     except ValueError as exc:

@@ -53,6 +53,8 @@ import orjson
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from processor.cli_errors import CliError, ConfigInvalid, UsageError, classify
+from processor.cli_flags import add_connection_flags, load_settings
 from processor.core.errors import ConfigurationError, ProcessorError
 from processor.core.events import (
     CallConfirmed,
@@ -72,7 +74,6 @@ from processor.core.events import (
 )
 from processor.ops.signing import OperatorSigner, keygen
 from processor.runtime.clients import IdempotentProducer
-from processor.runtime.commands import add_connection_flags, load_settings
 from processor.settings import Settings
 
 __all__ = [
@@ -387,11 +388,7 @@ def _deny(args: argparse.Namespace) -> int:
 
 def _operator(cls: type[OperatorCommand]) -> Any:
     def run(args: argparse.Namespace) -> int:
-        try:
-            signer = load_signer(args.key, args.key_id, args.operator)
-        except ProcessorError as exc:
-            print(f"processor ctl: {exc}", file=sys.stderr)
-            return 2
+        signer = load_signer(args.key, args.key_id, args.operator)  # errors: one line, exit 78
         target: dict[str, Any]
         if cls is ResponseQuarantined:
             target = {"tenant": args.tenant, "turn_id": args.turn, "response_id": args.response}
@@ -410,8 +407,7 @@ def _operator(cls: type[OperatorCommand]) -> Any:
                 **target,
             )
         except ValidationError as exc:
-            print(f"processor ctl: invalid command: {exc}", file=sys.stderr)
-            return 2
+            raise UsageError(f"invalid command: {describe_validation_error(exc)}") from None
         return _send(args, [command])
 
     return run
@@ -419,17 +415,18 @@ def _operator(cls: type[OperatorCommand]) -> Any:
 
 def _send(args: argparse.Namespace, events: Sequence[ControlEvent]) -> int:
     settings = load_settings(args, "processor ctl")
-    if settings is None:
-        return 2
     try:
         written = asyncio.run(write_control(settings, events))
     except (KafkaError, OSError) as exc:
-        print(
-            f"processor ctl: writing to {settings.topics.control} failed ({type(exc).__name__}: "
-            f"{exc}); re-run with --command-id {events[-1].command_id} to retry safely",
-            file=sys.stderr,
-        )
-        return 1
+        retry = f"re-run with --command-id {events[-1].command_id} to retry safely"
+        known = classify(exc, settings.bootstrap_servers)
+        if known is not None:  # e.g. the broker is unreachable: its code, and how to retry
+            known.hint = f"{known.hint}; then {retry}" if known.hint else retry
+            raise known from None
+        raise CliError(
+            f"writing to {settings.topics.control} failed ({type(exc).__name__}: {exc})",
+            hint=retry,
+        ) from None
     for item in written:
         if args.json:
             print(orjson.dumps(item.as_json()).decode())
@@ -446,8 +443,7 @@ def _keygen(args: argparse.Namespace) -> int:
             Path(args.out), args.key_id, args.operator, tenants, max_ttl_seconds=args.max_ttl
         )
     except ProcessorError as exc:
-        print(f"processor ctl keygen: {exc}", file=sys.stderr)
-        return 2
+        raise ConfigInvalid(str(exc), where="--out, --key-id, --tenants") from None
     print(f"private key (keep it, mode 0600): {pem}")
     print(f"keyring entry (put it in the workers' keyring folder, or merge it): {entry}")
     return 0

@@ -18,6 +18,7 @@ fenced and used: :mod:`processor.runtime.partition` and :mod:`processor.executor
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -30,7 +31,13 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.settings import Settings
 
-__all__ = ["IdempotentProducer", "admin_client", "committed_reader", "read_to_end"]
+__all__ = [
+    "IdempotentProducer",
+    "admin_client",
+    "committed_reader",
+    "read_to_end",
+    "stop_consumer",
+]
 
 _MAX_POLL_SECONDS: Final = 0.5
 
@@ -39,11 +46,28 @@ _MAX_POLL_SECONDS: Final = 0.5
 async def admin_client(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
     """``async with admin_client(settings) as admin``: started, and closed on the way out."""
     admin = AIOKafkaAdminClient(**settings.kafka_client_kwargs())
-    await admin.start()
     try:
+        await admin.start()
         yield admin
     finally:
         await admin.close()
+
+
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """``consumer.stop()``, closing its client even when the broker is gone.
+
+    With the broker gone, aiokafka's fetcher re-raises the cancellation of its own pending fetch
+    requests from ``stop()``, before the consumer's client is closed ("Unclosed AIOKafkaConsumer"
+    on exit). That inner cancellation is absorbed here and the client closed; a cancellation of
+    the caller's own task still propagates.
+    """
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        await consumer._client.close()
 
 
 def committed_reader(settings: Settings, **extra: Any) -> AIOKafkaConsumer:
@@ -101,7 +125,11 @@ class IdempotentProducer:
         )
 
     async def start(self) -> None:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except BaseException:
+            await self._producer.stop()  # closed on every path: no "Unclosed AIOKafkaProducer"
+            raise
 
     async def stop(self) -> None:
         await self._producer.stop()

@@ -5,8 +5,9 @@
 (``PROCESSOR_*``, see :mod:`processor.settings`) and the flags below, flags winning. Secrets
 (SASL password, TLS key password) are read from the environment only, never from flags.
 
-Exit codes: 0 success, 1 runtime failure, 2 configuration problem (bad settings, missing tools
-file, topics missing or not co-partitioned).
+Failures go through the CLI's error boundary (:mod:`processor.cli_errors`): 0 success,
+1 runtime failure, 2 usage, 66 a file cannot be read, 69 Kafka unreachable, 77 not authorised,
+78 configuration (bad settings, registry or keyring, topics missing or not co-partitioned).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
-from pydantic import ValidationError
-
+from processor import cli_errors
+from processor.cli_errors import ConfigInvalid, ExitCode
+from processor.cli_flags import KEYRING_HELP, add_common_flags, load_settings
 from processor.core.authn import AllowUnsigned, CommandVerifier
-from processor.core.errors import ProcessorError
 from processor.observability.logging import configure_logging, fields
 from processor.runtime.clients import admin_client
 from processor.runtime.tail import TAIL_ROLES, run_tail
@@ -38,22 +39,6 @@ from processor.settings import Settings
 
 log = logging.getLogger("processor.runtime")
 
-# flag dest → settings field
-_COMMON_FLAGS: Final = {
-    "bootstrap_servers": "bootstrap_servers",
-    "topic_prefix": "topic_prefix",
-    "security_protocol": "security_protocol",
-    "sasl_mechanism": "sasl_mechanism",
-    "sasl_username": "sasl_username",
-    "ssl_cafile": "ssl_cafile",
-    "ssl_certfile": "ssl_certfile",
-    "ssl_keyfile": "ssl_keyfile",
-    "log_level": "log_level",
-}
-KEYRING_HELP: Final = (
-    "operator public keys: a keyring file (YAML or JSON) or a folder of *.keyring.yaml files; "
-    "repeat to merge several"
-)
 _WORKER_FLAGS: Final = {
     "group_id": "group_id",
     "application_id": "application_id",
@@ -123,76 +108,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tail.set_defaults(func=_tail_command)
 
 
-def add_connection_flags(parser: argparse.ArgumentParser) -> None:
-    """The Kafka connection and topic flags (secrets come from the environment only)."""
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers")
-    parser.add_argument("--topic-prefix", help="topic name prefix (default toolcalls.)")
-    parser.add_argument(
-        "--security-protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-    )
-    parser.add_argument(
-        "--sasl-mechanism", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
-    )
-    parser.add_argument("--sasl-username", help="SASL user (password: PROCESSOR_SASL_PASSWORD)")
-    parser.add_argument("--ssl-cafile", help="CA bundle")
-    parser.add_argument("--ssl-certfile", help="client certificate")
-    parser.add_argument("--ssl-keyfile", help="client key (password: PROCESSOR_SSL_KEY_PASSWORD)")
-
-
-def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    """Connection and topic flags shared by every Kafka-facing command (``settings_from_args``)."""
-    add_connection_flags(parser)
-    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
-
-
-def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
-    """Settings from the environment, overridden by every common flag that was given and by
-    ``extra`` (a command's own flags, as settings fields; ``None`` values are ignored)."""
-    overrides: dict[str, Any] = {}
-    for dest, name in _COMMON_FLAGS.items():
-        value = getattr(args, dest, None)
-        if value is not None:
-            overrides[name] = value
-    overrides.update({k: v for k, v in extra.items() if v is not None})
-    return Settings(**overrides)
-
-
-def load_settings(args: argparse.Namespace, command: str, **extra: Any) -> Settings | None:
-    """:func:`settings_from_args`, or None after telling the user what is invalid."""
-    try:
-        return settings_from_args(args, **extra)
-    except ValidationError as exc:
-        print(f"{command}: invalid settings:\n{exc}", file=sys.stderr)
-        return None
-
-
 # ---------------------------------------------------------------------- worker
 
 
 def _worker_command(args: argparse.Namespace) -> int:
     flags = {name: getattr(args, dest) for dest, name in _WORKER_FLAGS.items()}
     settings = load_settings(args, "processor", **flags)
-    if settings is None:
-        return 2
     configure_logging(settings.log_level)
     log.info("settings", extra=fields(settings=settings.masked_dict()))
     if settings.tools_file is None:
-        print("processor worker: a tools file is required (--tools)", file=sys.stderr)
-        return 2
+        raise ConfigInvalid(
+            "a tools file is required",
+            where="--tools / PROCESSOR_TOOLS_FILE",
+            hint="name the tool registry (YAML or JSON) the worker validates calls against",
+        )
     from processor.runtime.worker import run_worker  # noqa: PLC0415  (heavy imports)
     from processor.toolsfile import load_registry  # noqa: PLC0415
 
-    try:
-        registry = load_registry(settings.tools_file)
-        verifier = _verifier(settings)
-    except ProcessorError as exc:
-        print(f"processor worker: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(run_worker(settings, registry, verifier))
-    except TopicLayoutError as exc:
-        print(f"processor worker: {exc}", file=sys.stderr)
-        return 2
+    registry = load_registry(settings.tools_file)
+    verifier = _verifier(settings)
+    return asyncio.run(run_worker(settings, registry, verifier))
 
 
 def _verifier(settings: Settings) -> CommandVerifier:
@@ -214,13 +149,7 @@ def _topics_create_command(args: argparse.Namespace) -> int:
     settings = load_settings(
         args, "processor", group_id=args.group_id, application_id=args.application_id
     )
-    if settings is None:
-        return 2
-    try:
-        principals = acls.parse_principals(args.acls_for or ())
-    except acls.AclError as exc:
-        print(f"processor topics create: {exc}", file=sys.stderr)
-        return 2
+    principals = acls.parse_principals(args.acls_for or ())
     bindings = acls.acl_bindings(settings, principals, executor_group=args.executor_group)
 
     async def run() -> int:
@@ -241,17 +170,11 @@ def _topics_create_command(args: argparse.Namespace) -> int:
                     print(line)
         return 0
 
-    try:
-        return asyncio.run(run())
-    except (TopicLayoutError, acls.AclError) as exc:
-        print(f"processor topics create: {exc}", file=sys.stderr)
-        return 2
+    return asyncio.run(run())
 
 
 def _topics_describe_command(args: argparse.Namespace) -> int:
     settings = load_settings(args, "processor")
-    if settings is None:
-        return 2
 
     async def run() -> int:
         async with admin_client(settings) as admin:
@@ -263,11 +186,11 @@ def _topics_describe_command(args: argparse.Namespace) -> int:
                 check_copartitioning(states, group)
         except TopicLayoutError as exc:
             print(f"problem: {exc}", file=sys.stderr)
-            return 2
+            return ExitCode.CONFIG
         missing = [s.name for s in states.values() if not s.exists]
         if missing:
             print(f"problem: missing topics: {', '.join(missing)}", file=sys.stderr)
-            return 2
+            return ExitCode.CONFIG
         return 0
 
     return asyncio.run(run())
@@ -278,8 +201,6 @@ def _topics_describe_command(args: argparse.Namespace) -> int:
 
 def _tail_command(args: argparse.Namespace) -> int:
     settings = load_settings(args, "processor")
-    if settings is None:
-        return 2
     try:
         return run_tail(
             settings,
@@ -291,8 +212,11 @@ def _tail_command(args: argparse.Namespace) -> int:
             max_records=args.max_records,
         )
     except LookupError as exc:
-        print(f"processor tail: {exc}", file=sys.stderr)
-        return 2
+        raise ConfigInvalid(
+            str(exc).strip("'\""),
+            where="PROCESSOR_TOPIC_PREFIX",
+            hint="create the topics with `processor topics create`",
+        ) from None
     except KeyboardInterrupt:
         return 0
 
@@ -305,5 +229,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register(subparsers)
     args = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
+    return cli_errors.run("processor", lambda: int(args.func(args)), debug=False)

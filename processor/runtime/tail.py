@@ -42,10 +42,10 @@ async def read_records(
     if count is None:
         raise LookupError(f"topic {topic!r} does not exist")
     consumer = committed_reader(settings)
-    await consumer.start()
     deadline = time.monotonic() + timeout if timeout is not None else None
     seen = 0
     try:
+        await consumer.start()
         tps = [TopicPartition(topic, p) for p in range(count)]
         consumer.assign(tps)
         if from_beginning:

@@ -36,6 +36,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from processor.cli_errors import Unavailable
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.registry import Registry
@@ -43,8 +44,9 @@ from processor.observability import metrics
 from processor.observability.health import HealthServer
 from processor.observability.logging import fields
 from processor.runtime.assignment import PartitionManager
-from processor.runtime.clients import admin_client
+from processor.runtime.clients import admin_client, stop_consumer
 from processor.runtime.partition import PartitionTask, Step
+from processor.runtime.reachability import BrokerWatch, wait_for_broker
 from processor.runtime.topics import check_copartitioning, describe_topics
 from processor.runtime.transaction import TransactionFailed
 from processor.settings import Settings
@@ -71,6 +73,7 @@ class Worker:
         self._step_started: float | None = None
         self._last_lag = 0.0
         self.health: HealthServer | None = None
+        self.broker = BrokerWatch(settings, on_lost=self._fatal)
 
     def new_assembler(self) -> Assembler:
         return Assembler(self.registry, self.limits, verifier=self.verifier)
@@ -95,14 +98,17 @@ class Worker:
         return ok, {"fatal": self._fatal_error is not None, "step_stuck": stuck}
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        return self.manager.readiness()
+        ready, detail = self.manager.readiness()
+        if not self.broker.reachable:
+            return False, {**detail, "kafka": "unreachable"}
+        return ready, detail
 
     # ------------------------------------------------------------------ run
 
     async def run(self) -> int:
-        """Run until stopped; 0 after a graceful stop, 1 after a fatal error."""
-        await self._check_topics()
-        if self.settings.metrics_port is not None:
+        """Run until stopped; 0 after a graceful stop, 1 after a fatal error. An unreachable
+        broker (at start-up, or lost for ``startup_timeout_seconds``) raises ``Unavailable``."""
+        if self.settings.metrics_port is not None:  # live while waiting for the broker, not ready
             self.health = HealthServer(
                 self.settings.metrics_host,
                 self.settings.metrics_port,
@@ -110,6 +116,13 @@ class Worker:
                 ready=self.readiness,
             )
             await self.health.start()
+        try:
+            await wait_for_broker(self.settings)
+            await self._check_topics()
+        except BaseException:
+            if self.health is not None:
+                await self.health.stop()
+            raise
         consumer = self._consumer()
         self.manager.consumer = consumer
         consumer.subscribe([self.topics.fragments, self.topics.control], listener=self.manager)
@@ -117,6 +130,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop)
+        watch = asyncio.create_task(self.broker.run())
         try:
             await consumer.start()
             log.info(
@@ -125,7 +139,10 @@ class Worker:
             )
             await self._loop(consumer)
         finally:
+            watch.cancel()
             await self._shutdown(consumer)
+        if isinstance(self._fatal_error, Unavailable):
+            raise self._fatal_error
         return 0 if self._fatal_error is None else 1
 
     async def _check_topics(self) -> None:
@@ -319,7 +336,7 @@ class Worker:
             async with asyncio.timeout(_STOP_GRACE_S):
                 async with self.manager.lock:
                     await self.manager.close_all()
-                await consumer.stop()  # leaves the group
+                await stop_consumer(consumer)  # leaves the group
         except Exception as exc:
             log.warning("unclean shutdown", extra=fields(error=type(exc).__name__))
         if self.health is not None:

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from processor import cli_errors
 from processor.core.events import TenantStopped, decode_input
 from processor.executor.records import ExecutionResult
 from processor.ops import audit as audit_cli
@@ -94,8 +95,8 @@ async def cli(rt: Runtime, *argv: str) -> tuple[int, str]:
 
     def run() -> tuple[int, str]:
         out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            code = args.func(args)
+        with contextlib.redirect_stdout(out):  # through the CLI's error boundary, as `processor`
+            code = cli_errors.run("processor", lambda: int(args.func(args)), debug=False)
         return code, out.getvalue()
 
     return await asyncio.to_thread(run)
@@ -487,7 +488,7 @@ async def test_operator_commands_refuse_to_run_unsigned(
     for name in (ctl_cli.ENV_KEY_FILE, ctl_cli.ENV_KEY_ID, ctl_cli.ENV_OPERATOR):
         monkeypatch.delenv(name, raising=False)
     code, out = await cli(runtime, "ctl", "stop-tenant", "--tenant", "acme", "--reason", "x")
-    assert code == 2 and out == ""
+    assert code == cli_errors.ExitCode.CONFIG and out == ""
     assert "operator commands are signed" in capsys.readouterr().err
     assert [r async for r in read_records(runtime.settings, runtime.topics.control)] == []
     with pytest.raises(SystemExit):  # a reason is required

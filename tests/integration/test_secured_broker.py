@@ -17,6 +17,8 @@ import contextlib
 import io
 import os
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
+from processor.cli_errors import ExitCode
 from processor.core.events import encode, turn_key
 from processor.ops import ctl as ctl_cli
 from processor.ops.signing import Keyring
@@ -40,6 +43,7 @@ from processor.runtime.acls import Role, acl_bindings
 from processor.runtime.tail import read_records
 from processor.settings import Settings
 from tests.integration.conftest import (
+    REPO_ROOT,
     TOOLS_YAML,
     WorkerProcess,
     call_events,
@@ -337,3 +341,25 @@ async def test_unauthenticated_clients_are_refused(secured_broker: SecuredBroker
             await asyncio.wait_for(untrusted.start(), 20)
         finally:
             await untrusted.stop()
+
+
+async def test_refused_credentials_and_acls_are_one_line_exit_77(deployment: Deployment) -> None:
+    """A wrong password, and a principal without the ACL, fail as one line (exit 77)."""
+    def processor(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-W", "always::ResourceWarning", "-m", "processor.cli", *argv],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    wrong = {**deployment.env("worker"), "PROCESSOR_SASL_PASSWORD": "not-the-password"}
+    result = await asyncio.to_thread(processor, wrong, "topics", "describe")
+    assert result.returncode == ExitCode.NO_PERMISSION, result.stderr
+    assert "rejected the credentials" in result.stderr and "PROCESSOR_SASL_PASSWORD" in result.stderr
+    not_allowed = deployment.env("auditor")  # may read the audit trail, not write control
+    result = await asyncio.to_thread(
+        processor, not_allowed, "ctl", "start-turn", "--tenant", "t", "--turn", "u", "--actor", "a"
+    )
+    assert result.returncode == ExitCode.NO_PERMISSION, result.stderr
+    assert "refused" in result.stderr and "--command-id" in result.stderr
+    for noise in ("Traceback", "Unclosed", "ResourceWarning"):
+        assert noise not in result.stderr, result.stderr

@@ -73,7 +73,7 @@ async def test_partition_counts_that_differ_are_refused(
     await create_topics(kafka_bootstrap, {names.fragments: 3, names.control: 2, names.changelog: 3})
     try:
         created = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "create")
-        assert created.returncode == 2
+        assert created.returncode == 78  # configuration (processor.cli_errors)
         assert "same partition count" in created.stderr
         assert f"{names.fragments} has 3" in created.stderr
         assert f"{names.control} has 2" in created.stderr
@@ -83,7 +83,7 @@ async def test_partition_counts_that_differ_are_refused(
         worker = await asyncio.to_thread(
             _run, kafka_bootstrap, topic_prefix, "worker", "--tools", str(tools)
         )
-        assert worker.returncode == 2
+        assert worker.returncode == 78
         assert "same partition count" in worker.stderr, worker.stderr
     finally:
         await delete_topics(kafka_bootstrap, list(names.all().values()))
@@ -117,7 +117,7 @@ async def test_dispatch_and_ledger_counts_that_differ_are_refused(
     await create_topics(kafka_bootstrap, {names.dispatch: 2, names.executions: 3})
     try:
         created = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "create")
-        assert created.returncode == 2
+        assert created.returncode == 78  # configuration (processor.cli_errors)
         assert f"{names.dispatch} has 2" in created.stderr
         assert f"{names.executions} has 3" in created.stderr
     finally:

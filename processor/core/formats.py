@@ -1,0 +1,105 @@
+"""jsonschema, imported cheaply, and format checkers built for the formats a registry uses.
+
+Importing ``jsonschema`` imports every optional format library at once; one of them,
+``rfc3987_syntax``, builds a grammar at import (over a second here), which made every command
+that touches a registry slow to start. This module owns that cost:
+
+* :func:`jsonschema_module` imports jsonschema with the heavy optional format libraries of
+  :data:`DEFERRED` hidden, so their checks are not registered yet;
+* :func:`format_checker` builds a :class:`~jsonschema.FormatChecker` limited to the formats a
+  schema uses (:func:`used_formats`). When one of them belongs to a deferred library, jsonschema's
+  own format module is loaded once more, in full, under a private name, and its checker for that
+  format (the same function, the same exceptions) is added. No format check is lost, and none is
+  rewritten here.
+
+A format jsonschema does not know stays unchecked, as with ``FormatChecker()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from jsonschema import FormatChecker
+
+#: optional format library → the formats jsonschema checks with it (loaded only when used)
+DEFERRED: Final[Mapping[str, tuple[str, ...]]] = {
+    "rfc3987_syntax": ("iri", "iri-reference"),
+    "isoduration": ("duration",),
+    "rfc3986_validator": ("uri", "uri-reference"),
+}
+_FULL_NAME: Final = "processor.core._jsonschema_format_full"
+
+
+def jsonschema_module() -> ModuleType:
+    """``jsonschema``, imported (once) without the deferred format libraries."""
+    loaded = sys.modules.get("jsonschema")
+    if loaded is not None:
+        return loaded
+    hidden = [name for name in DEFERRED if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # makes `import name` fail
+    try:
+        return importlib.import_module("jsonschema")
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
+def used_formats(schema: Any) -> frozenset[str]:
+    """Every string value of a ``format`` keyword anywhere in ``schema`` (a superset is fine)."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            value = node.get("format")
+            if isinstance(value, str):
+                found.add(value)
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return frozenset(found)
+
+
+def format_checker(formats: Iterable[str]) -> FormatChecker:
+    """A FormatChecker checking exactly ``formats`` (those jsonschema knows)."""
+    jsonschema = jsonschema_module()
+    wanted = set(formats)
+    known = jsonschema.FormatChecker.checkers
+    checker: FormatChecker = jsonschema.FormatChecker(sorted(wanted & set(known)))
+    missing = (wanted - set(known)) & deferred_formats()
+    if missing:
+        full = _full_format_module().FormatChecker.checkers
+        for name in sorted(missing & set(full)):
+            func, raises = full[name]
+            checker.checks(name, raises=raises)(func)
+    return checker
+
+
+def deferred_formats() -> frozenset[str]:
+    return frozenset(name for names in DEFERRED.values() for name in names)
+
+
+def _full_format_module() -> ModuleType:
+    """jsonschema's ``_format`` module executed again with every optional library importable."""
+    module = sys.modules.get(_FULL_NAME)
+    if module is not None:
+        return module
+    origin = jsonschema_module()._format.__file__
+    spec = importlib.util.spec_from_file_location(_FULL_NAME, origin)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_FULL_NAME] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_FULL_NAME]
+        raise
+    return module

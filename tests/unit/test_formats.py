@@ -1,0 +1,99 @@
+"""Format checkers are loaded only for the formats a registry uses, and none is lost.
+
+Each check runs in a fresh interpreter: which modules an import pulls in depends on what the
+process imported before.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from processor.core.formats import DEFERRED, format_checker, used_formats
+from processor.core.registry import Registry
+
+
+def python(code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_every_format_jsonschema_checks_is_still_checked_with_its_own_function() -> None:
+    out = python(
+        """
+        from processor.core import formats
+        formats.jsonschema_module()
+        full = formats._full_format_module().FormatChecker.checkers
+        deferred = {f for names in formats.DEFERRED.values() for f in names}
+        assert deferred <= set(full) and len(full) >= 20, sorted(full)
+        for name, (func, raises) in sorted(full.items()):
+            ours = formats.format_checker({name}).checkers
+            assert set(ours) == {name}, (name, sorted(ours))
+            assert ours[name][0].__qualname__ == func.__qualname__, name
+            assert ours[name][0].__code__.co_code == func.__code__.co_code, name
+            assert ours[name][1] == raises, name
+        print(len(full))
+        """
+    )
+    assert int(out) >= 20
+
+
+def test_the_cli_and_a_registry_without_costly_formats_do_not_load_their_libraries() -> None:
+    out = python(
+        """
+        import sys
+        import processor.cli
+        assert "jsonschema" not in sys.modules and "aiokafka" not in sys.modules
+        from processor.core.registry import Registry
+        Registry.from_document({"tools": [{"name": "t", "parameters": {
+            "type": "object", "properties": {"when": {"type": "string", "format": "date"}}}}]})
+        print(sorted(m for m in ("rfc3987_syntax", "isoduration", "rfc3986_validator")
+                     if m in sys.modules))
+        """
+    )
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        ("iri", "https://exämple.org/ü", "not an iri"),
+        ("iri-reference", "/ü?q=1", "http://[bad"),
+        ("uri", "https://example.org/a", "not a uri"),
+        ("uri-reference", "/a?b=c", "http://[bad"),
+        ("duration", "P1DT2H", "P1Q"),
+        ("email", "a@example.org", "no-at-sign"),
+        ("date-time", "2031-05-04T19:30:00Z", "2031-05-04 nope"),
+        ("hostname", "example.org", "-bad-.org"),
+    ],
+)
+def test_a_registry_checks_each_format_it_uses(fmt: str, good: str, bad: str) -> None:
+    registry = Registry.from_document(
+        {"tools": [{"name": "t", "parameters": {"type": "object", "properties": {
+            "v": {"type": "string", "format": fmt}}}}]}
+    )  # fmt: skip
+    validator = registry.tools[0].validator
+    assert list(validator.iter_errors({"v": good})) == []
+    assert [e.validator for e in validator.iter_errors({"v": bad})] == ["format"]
+
+
+def test_used_formats_walks_the_whole_schema() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"format": "uri"}, "format": {"type": "string"}},
+        "$defs": {"d": {"anyOf": [{"format": "duration"}, {"format": "email"}]}},
+    }
+    assert used_formats(schema) == {"uri", "duration", "email"}
+
+
+def test_deferred_formats_are_checked_and_unknown_formats_pass() -> None:
+    checker = format_checker({"iri", "no-such-format"})
+    assert not checker.conforms("not an iri", "iri")
+    assert checker.conforms("anything", "no-such-format")
+    assert {f for names in DEFERRED.values() for f in names} >= {"iri", "duration", "uri"}
