@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo up down test tools lint unit integration bench fuzz kafka-start kafka-stop clean
+.PHONY: demo up down test tools lint unit integration bench fuzz chaos kafka-start kafka-stop clean
 
 # helm for the chart tests (tests/deploy), built once from the Go module proxy into .tools/bin
 HELM_VERSION ?= v4.3.2
@@ -69,6 +69,13 @@ SEED ?= 0
 DURATION ?= 120
 fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz --seed $(SEED) --duration $(DURATION)
+
+## Long chaos runs: each seed starts a broker of its own, 2,000 turns over 150 s, 7 faults
+## (SIGKILL, SIGTERM, SIGSTOP of workers, kill -9 of the broker). A short run is in `make test`.
+SEEDS ?= 1 2 3 4 5
+CHAOS_DIR ?= /tmp/chaos
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos --seed $(SEEDS) --workdir $(CHAOS_DIR) --json $(CHAOS_DIR)/runs.jsonl
 
 kafka-start:
 	scripts/kafka-local start

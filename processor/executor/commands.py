@@ -122,6 +122,7 @@ def _verifier(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
 
 
 async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
+    from processor.runtime.clients import ignore_fenced_leftovers  # noqa: PLC0415
     from processor.runtime.reachability import BrokerWatch, wait_for_broker  # noqa: PLC0415
 
     settings = client.settings
@@ -133,6 +134,7 @@ async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
 
     broker = BrokerWatch(settings, on_lost)
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(ignore_fenced_leftovers)
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, client.request_stop)

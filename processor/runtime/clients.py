@@ -7,6 +7,9 @@
 - :class:`IdempotentProducer` — an idempotent ``acks=all`` producer for one topic, the base of the
   adapters' :class:`~processor.runtime.publish.Publisher` and the operators'
   :class:`~processor.ops.ctl.ControlWriter`;
+- :func:`settle_unawaited`, :func:`ignore_fenced_leftovers` — what a failed transaction leaves
+  behind (delivery futures, a fenced producer's internal waiters) is settled, not logged as an
+  unhandled error;
 - :func:`read_to_end` — consume one assigned partition until the consumer's *position* reaches an
   end offset. The last offsets of a transactional topic can be commit markers, which no record
   carries, and a compacted partition has holes, so "the last record has offset end - 1" may never
@@ -19,23 +22,29 @@ fenced and used: :mod:`processor.runtime.partition` and :mod:`processor.executor
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Final, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import ProducerFenced
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.settings import Settings
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "IdempotentProducer",
     "admin_client",
     "committed_reader",
+    "ignore_fenced_leftovers",
     "read_to_end",
+    "settle_unawaited",
     "stop_consumer",
 ]
 
@@ -145,3 +154,41 @@ class IdempotentProducer:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+def settle_unawaited(futures: Sequence[asyncio.Future[Any]]) -> None:
+    """Retrieve (and drop) the outcome of delivery futures nobody will await any more.
+
+    After a failed transaction the producer fails every pending batch (fenced, aborted); without
+    this, asyncio logs each as "Future exception was never retrieved" when it is collected.
+    The failure itself was already classified and reported by the caller.
+    """
+    for future in futures:
+        if future.done():
+            if not future.cancelled():
+                future.exception()
+        else:
+            future.add_done_callback(_retrieve)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def ignore_fenced_leftovers(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A loop exception handler: a fenced producer's internal futures are not errors.
+
+    When a transactional producer is fenced, aiokafka fails its sender task and, with it, every
+    internal waiter it holds (batch drain waiters, the transaction waiter). The worker has
+    already handled the fence through the failed commit (the partition is rebuilt and a new
+    producer fences the old one), and it discards that producer; the waiters nobody awaits are
+    then reported by asyncio as "Future exception was never retrieved" at garbage collection.
+    Those, and only those, are logged at debug level; everything else goes to the default handler.
+    """
+    if context.get("message") == "Future exception was never retrieved" and isinstance(
+        context.get("exception"), ProducerFenced
+    ):
+        _log.debug("a fenced producer's internal future was dropped (the fence was handled)")
+        return
+    loop.default_exception_handler(context)

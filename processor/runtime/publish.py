@@ -41,7 +41,7 @@ from processor.core.events import (
     turn_key,
 )
 from processor.observability import metrics, tracing
-from processor.runtime.clients import IdempotentProducer
+from processor.runtime.clients import IdempotentProducer, settle_unawaited
 from processor.runtime.codec import TRACEPARENT, valid_traceparent
 from processor.settings import Settings
 
@@ -75,16 +75,20 @@ class Publisher(IdempotentProducer):
             trace = valid_traceparent(tracing.current_traceparent(given))
             headers = [(TRACEPARENT, trace.encode())] if trace else []
             futures: list[Any] = []
-            for event in batch:
-                futures.append(
-                    await self._producer.send(
-                        self.topic,
-                        value=encode(event),
-                        key=turn_key(event.tenant, event.turn_id).encode(),
-                        headers=headers,
+            try:
+                for event in batch:
+                    futures.append(
+                        await self._producer.send(
+                            self.topic,
+                            value=encode(event),
+                            key=turn_key(event.tenant, event.turn_id).encode(),
+                            headers=headers,
+                        )
                     )
-                )
-            await asyncio.gather(*futures)
+                await asyncio.gather(*futures)
+            except BaseException:
+                settle_unawaited(futures)
+                raise
         metrics.PUBLISHED_EVENTS.inc(len(futures))
         return len(futures)
 

@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
+from processor.runtime.clients import settle_unawaited
 from processor.runtime.codec import Outbound
 
 _ABORT_TIMEOUT_S: Final = 5.0
@@ -75,12 +76,14 @@ async def commit(
     """Run the numbered commit step and return what it committed, or raise TransactionFailed."""
     started = time.monotonic()
     began = False
+    futures: list[asyncio.Future[Any]] = []
+    changes: list[asyncio.Future[Any]] = []
     try:
         async with asyncio.timeout(timeout):
             await producer.begin_transaction()  # 1
             began = True
-            futures = await _send_all(producer, plan.outputs)  # 2
-            changes = await _send_all(producer, plan.changelog)  # 3
+            await _send_all(producer, plan.outputs, futures)  # 2
+            await _send_all(producer, plan.changelog, changes)  # 3
             delivered = await asyncio.gather(*futures, *changes)  # 4
             if plan.offsets:  # 5
                 await producer.send_offsets_to_transaction(
@@ -89,6 +92,7 @@ async def commit(
                 )
             await producer.commit_transaction()  # 6
     except BaseException as exc:
+        settle_unawaited([*futures, *changes])
         failure = _classify(exc)
         if began and failure.cause not in ("fenced",):
             await _abort_quietly(producer)
@@ -99,15 +103,17 @@ async def commit(
     return Committed(time.monotonic() - started, changelog_next)
 
 
-async def _send_all(producer: AIOKafkaProducer, records: Sequence[Outbound]) -> list[Any]:
-    futures = []
+async def _send_all(
+    producer: AIOKafkaProducer, records: Sequence[Outbound], into: list[asyncio.Future[Any]]
+) -> None:
+    """Send each record; its delivery future goes into ``into`` as soon as it exists, so a
+    failure part-way still knows every future it must settle."""
     for r in records:
-        futures.append(
+        into.append(
             await producer.send(
                 r.topic, value=r.value, key=r.key, partition=r.partition, headers=r.headers
             )
         )
-    return futures
 
 
 async def _abort_quietly(producer: AIOKafkaProducer) -> None:

@@ -44,7 +44,7 @@ from processor.observability import metrics
 from processor.observability.health import HealthServer
 from processor.observability.logging import fields
 from processor.runtime.assignment import PartitionManager
-from processor.runtime.clients import admin_client, stop_consumer
+from processor.runtime.clients import admin_client, ignore_fenced_leftovers, stop_consumer
 from processor.runtime.partition import PartitionTask, Step
 from processor.runtime.reachability import BrokerWatch, wait_for_broker
 from processor.runtime.topics import check_copartitioning, describe_topics
@@ -127,6 +127,7 @@ class Worker:
         self.manager.consumer = consumer
         consumer.subscribe([self.topics.fragments, self.topics.control], listener=self.manager)
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(ignore_fenced_leftovers)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop)

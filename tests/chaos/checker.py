@@ -12,6 +12,9 @@ For every call of the plan (see :class:`~tests.chaos.workload.Expect`):
 * **ledger_mismatch**: the ledger's ``dispatched`` entries and the dispatch records disagree
   (they are written in one transaction).
 * **cancels_unaudited**: a cancellation the gateway wrote that has no ``applied`` audit record.
+* **wrong_reason**: a call of a fully acknowledged turn whose last ledger entry is not the one its
+  fate implies (a cancelled call must end ``user_stop``, a cut one ``incomplete`` or never open,
+  a schema-breaking one ``schema_invalid``, an open-ended one stays without an entry).
 
 Recovery per fault: the longest wait, over the partitions that dispatched anything after the
 fault, from the fault to that partition's first dispatch record after it (record timestamps).
@@ -28,9 +31,20 @@ import orjson
 from processor.runtime.tail import read_records
 from processor.settings import Settings
 from tests.chaos.faults import Fault
-from tests.chaos.workload import Expect, Plan
+from tests.chaos.workload import Expect, Fate, Plan
 
 CallKey = tuple[str, str, str]
+
+# The last ledger entry each fate allows ("none": the call never had an entry).
+LEDGER_REASONS: dict[Fate, frozenset[str]] = {
+    Fate.NORMAL: frozenset({"dispatched"}),
+    Fate.LATE_BINDING: frozenset({"dispatched"}),
+    Fate.CANCEL_BEFORE_TERMINAL: frozenset({"user_stop"}),
+    Fate.CANCEL_BETWEEN_TERMINALS: frozenset({"user_stop"}),
+    Fate.TRUNCATED_CLOSED: frozenset({"incomplete", "none"}),  # a call cut before it started
+    Fate.TRUNCATED_OPEN: frozenset({"none"}),
+    Fate.SCHEMA_INVALID: frozenset({"schema_invalid"}),
+}
 
 
 @dataclass
@@ -45,6 +59,7 @@ class Verdict:
     expired: list[CallKey] = field(default_factory=list)
     ledger_mismatch: int = 0
     cancels_unaudited: int = 0
+    wrong_reason: list[tuple[CallKey, str, str]] = field(default_factory=list)
     indeterminate: int = 0
     ledger_reasons: dict[str, int] = field(default_factory=dict)
     recovery: list[dict[str, Any]] = field(default_factory=list)
@@ -58,6 +73,7 @@ class Verdict:
             or self.wrong_arguments
             or self.ledger_mismatch
             or self.cancels_unaudited
+            or self.wrong_reason
         )
 
     def summary(self) -> dict[str, Any]:
@@ -77,12 +93,14 @@ class Verdict:
             "indeterminate": self.indeterminate,
             "ledger_mismatch": self.ledger_mismatch,
             "cancels_unaudited": self.cancels_unaudited,
+            "wrong_reason": len(self.wrong_reason),
             "max_recovery_seconds": {k: round(v, 1) for k, v in sorted(worst.items())},
             "examples": {
                 "lost": self.lost[:5],
                 "duplicated": self.duplicated[:5],
                 "unsafe": self.unsafe[:5],
                 "wrong_arguments": self.wrong_arguments[:5],
+                "wrong_reason": self.wrong_reason[:5],
             },
         }
 
@@ -140,6 +158,11 @@ def judge(
                 v.expired.append(k)  # binding wait passed while a fault held the worker
             else:
                 v.lost.append(k)
+    fates = plan.fates()
+    for k, reason in ((k, reasons.get(k, "none")) for k in sorted(expect)):
+        fate, acked = fates[k]
+        if acked and reason not in LEDGER_REASONS[fate] and k not in v.expired:
+            v.wrong_reason.append((k, str(fate), reason))
     dispatched_in_ledger = {key(r) for _, _, r in ledger if r.get("state") == "dispatched"}
     v.ledger_mismatch = len(dispatched_in_ledger ^ set(counts))
     applied = {r["command_id"] for _, _, r in audit if r.get("outcome") in ("applied", "duplicate")}

@@ -146,6 +146,10 @@ class Plan:
             out.update(turn.expectations())
         return out
 
+    def fates(self) -> dict[tuple[str, str, str], tuple[Fate, bool]]:
+        """Each call's turn fate, and whether every write of the turn was acknowledged."""
+        return {(t.tenant, t.turn_id, c): (t.fate, t.acked) for t in self.turns for c in t.call_ids}
+
     def arguments(self) -> dict[tuple[str, str, str], dict[str, Any]]:
         return {
             (t.tenant, t.turn_id, c): a

@@ -1,0 +1,65 @@
+"""The chaos suite's short run, in ``make test``: the seeded load with worker faults, judged.
+
+Two workers, six partitions, 300 turns written over 50 s through the real adapters, and three
+worker faults during the load: SIGKILL, SIGTERM, and SIGSTOP past the session and transaction
+timeouts (a zombie whose producer must be fenced). On the shared broker, so no broker fault here:
+the long runs (``make chaos``) add ``kill -9`` of a broker of their own. See
+``tests/chaos/__init__`` for the fates and ``tests/chaos/checker.py`` for what is judged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.chaos.faults import FaultKind
+from tests.chaos.run import Options, run
+from tests.chaos.workload import Fate
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(420)
+def test_short_chaos_run_loses_duplicates_and_leaks_nothing(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    options = Options(
+        seed=7,
+        turns=300,
+        duration=50.0,
+        faults=3,
+        kinds=[FaultKind.KILL, FaultKind.TERM, FaultKind.STOP],
+        bootstrap=kafka_bootstrap,
+        workdir=tmp_path,
+    )
+    report = asyncio.run(run(options))
+    summary = report.verdict.summary()
+
+    assert report.verdict.ok, summary
+    assert report.verdict.must_dispatch > 100, summary  # the load was real
+    assert report.verdict.ledger_reasons.get("user_stop", 0) > 50, summary  # cancels were too
+    assert set(report.fates) == {str(f) for f in Fate}, report.fates
+    assert sorted(str(f.kind) for f in report.faults) == ["kill", "stop", "term"]
+    assert all(f.happened_at > 0 and f.back_at >= f.happened_at for f in report.faults)
+    # every fault was followed by dispatches again (the group recovered), whatever it took
+    assert all(r["seconds"] is not None for r in report.verdict.recovery), report.verdict.recovery
+    assert report.unexpected_exits == []
+
+    # the workers' own logs: no processor error, and nothing the fence left unhandled
+    lines = [orjson.loads(line) for log in tmp_path.glob("w*.log") for line in _lines(log)]
+    assert len({log.name for log in tmp_path.glob("w*.log")}) >= 4  # restarts happened
+    unhandled = [r["msg"][:120] for r in lines if "never retrieved" in r.get("msg", "")]
+    assert unhandled == []
+    errors = [
+        (r["logger"], r["msg"][:120])
+        for r in lines
+        if r.get("level") in ("error", "critical") and r.get("logger", "").startswith("processor")
+    ]
+    assert errors == []
+
+
+def _lines(path: Path) -> list[bytes]:
+    return [line for line in path.read_bytes().splitlines() if line.startswith(b"{")]
