@@ -12,6 +12,9 @@ For every call of the plan (see :class:`~tests.chaos.workload.Expect`):
 * **ledger_mismatch**: the ledger's ``dispatched`` entries and the dispatch records disagree
   (they are written in one transaction).
 * **cancels_unaudited**: a cancellation the gateway wrote that has no ``applied`` audit record.
+* **status_mismatch**: a call whose terminal user status (``dispatched``, ``cancelled``,
+  ``failed``; several records of one call must agree) does not say what its ledger entry says,
+  or a terminal status without a ledger entry: what the user is told must be what happened.
 * **wrong_reason**: a call of a fully acknowledged turn whose last ledger entry is not the one its
   fate implies (a cancelled call must end ``user_stop``, a cut one ``incomplete`` or never open,
   a schema-breaking one ``schema_invalid``, an open-ended one stays without an entry).
@@ -42,7 +45,7 @@ LEDGER_REASONS: dict[Fate, frozenset[str]] = {
     Fate.CANCEL_BEFORE_TERMINAL: frozenset({"user_stop"}),
     Fate.CANCEL_BETWEEN_TERMINALS: frozenset({"user_stop"}),
     Fate.TRUNCATED_CLOSED: frozenset({"incomplete", "none"}),  # a call cut before it started
-    Fate.TRUNCATED_OPEN: frozenset({"none"}),
+    Fate.TRUNCATED_OPEN: frozenset({"none", "idle_timeout"}),  # idle_timeout: a long run
     Fate.SCHEMA_INVALID: frozenset({"schema_invalid"}),
 }
 
@@ -60,6 +63,7 @@ class Verdict:
     ledger_mismatch: int = 0
     cancels_unaudited: int = 0
     wrong_reason: list[tuple[CallKey, str, str]] = field(default_factory=list)
+    status_mismatch: list[tuple[CallKey, str, list[str]]] = field(default_factory=list)
     indeterminate: int = 0
     ledger_reasons: dict[str, int] = field(default_factory=dict)
     recovery: list[dict[str, Any]] = field(default_factory=list)
@@ -74,6 +78,7 @@ class Verdict:
             or self.ledger_mismatch
             or self.cancels_unaudited
             or self.wrong_reason
+            or self.status_mismatch
         )
 
     def summary(self) -> dict[str, Any]:
@@ -94,6 +99,7 @@ class Verdict:
             "ledger_mismatch": self.ledger_mismatch,
             "cancels_unaudited": self.cancels_unaudited,
             "wrong_reason": len(self.wrong_reason),
+            "status_mismatch": len(self.status_mismatch),
             "max_recovery_seconds": {k: round(v, 1) for k, v in sorted(worst.items())},
             "examples": {
                 "lost": self.lost[:5],
@@ -101,6 +107,7 @@ class Verdict:
                 "unsafe": self.unsafe[:5],
                 "wrong_arguments": self.wrong_arguments[:5],
                 "wrong_reason": self.wrong_reason[:5],
+                "status_mismatch": self.status_mismatch[:5],
             },
         }
 
@@ -117,7 +124,8 @@ async def check(settings: Settings, plan: Plan, faults: list[Fault], cancels: li
     dispatch = await read_topic(settings, "dispatch")
     ledger = await read_topic(settings, "ledger")
     audit = await read_topic(settings, "audit")
-    return judge(plan, faults, cancels, dispatch, ledger, audit)
+    status = await read_topic(settings, "status")
+    return judge(plan, faults, cancels, dispatch, ledger, audit, status)
 
 
 def judge(
@@ -127,6 +135,7 @@ def judge(
     dispatch: list[tuple[int, float, dict[str, Any]]],
     ledger: list[tuple[int, float, dict[str, Any]]],
     audit: list[tuple[int, float, dict[str, Any]]],
+    status: list[tuple[int, float, dict[str, Any]]],
 ) -> Verdict:
     """Pure: the verdict from the plan, the faults and the records read."""
     expect = plan.expectations()
@@ -163,12 +172,25 @@ def judge(
         fate, acked = fates[k]
         if acked and reason not in LEDGER_REASONS[fate] and k not in v.expired:
             v.wrong_reason.append((k, str(fate), reason))
+    told: dict[CallKey, set[str]] = defaultdict(set)
+    for _, _, r in status:
+        if r.get("state") in ("dispatched", "cancelled", "failed"):
+            told[key(r)].add(r["state"])
+    ledger_state = {key(r): r.get("state", "?") for _, _, r in ledger}
+    for k in sorted(set(told) | set(ledger_state)):
+        want = _USER_STATE.get(ledger_state.get(k, "none"), "none")
+        if told.get(k, {"none"}) != {want}:
+            v.status_mismatch.append((k, ledger_state.get(k, "none"), sorted(told.get(k, set()))))
     dispatched_in_ledger = {key(r) for _, _, r in ledger if r.get("state") == "dispatched"}
     v.ledger_mismatch = len(dispatched_in_ledger ^ set(counts))
     applied = {r["command_id"] for _, _, r in audit if r.get("outcome") in ("applied", "duplicate")}
     v.cancels_unaudited = sum(1 for c in cancels if c not in applied)
     v.recovery = recovery(faults, dispatch)
     return v
+
+
+# A ledger state and the terminal user status that must go with it (ledger has no "preparing").
+_USER_STATE = {"dispatched": "dispatched", "cancelled": "cancelled", "failed": "failed"}
 
 
 def recovery(
