@@ -1,0 +1,126 @@
+"""The chaos checker judges: each defect it looks for, planted in clean outputs, is reported.
+
+Without these, a checker that always said "ok" would make the chaos runs tests that cannot fail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.chaos.checker import judge
+from tests.chaos.workload import Expect, Fate, Plan
+
+Rec = tuple[int, float, dict[str, Any]]
+_USER = {"dispatched": "dispatched", "user_stop": "cancelled"}
+
+
+def _plan() -> Plan:
+    plan = Plan.generate(seed=3, count=60)
+    for turn in plan.turns:
+        turn.acked = True
+    return plan
+
+
+def _clean(plan: Plan) -> tuple[list[Rec], list[Rec], list[Rec], list[Rec], list[str]]:
+    """The outputs a correct processor would write for the plan."""
+    dispatch: list[Rec] = []
+    ledger: list[Rec] = []
+    status: list[Rec] = []
+    audit: list[Rec] = []
+    cancels: list[str] = []
+    reason_of = {
+        Fate.NORMAL: "dispatched",
+        Fate.LATE_BINDING: "dispatched",
+        Fate.CANCEL_BEFORE_TERMINAL: "user_stop",
+        Fate.CANCEL_BETWEEN_TERMINALS: "user_stop",
+        Fate.TRUNCATED_CLOSED: "incomplete",
+        Fate.SCHEMA_INVALID: "schema_invalid",
+    }
+    arguments = plan.arguments()
+    for turn in plan.turns:
+        if turn.fate in (Fate.CANCEL_BEFORE_TERMINAL, Fate.CANCEL_BETWEEN_TERMINALS):
+            cancels.append(f"chaos-cancel-{turn.turn_id}")
+            audit.append((0, 1.0, {"command_id": cancels[-1], "outcome": "applied"}))
+        if turn.fate is Fate.TRUNCATED_OPEN:
+            continue
+        for call in turn.call_ids:
+            k = {"tenant": turn.tenant, "turn_id": turn.turn_id, "call_id": call}
+            reason = reason_of[turn.fate]
+            state = {"dispatched": "dispatched", "user_stop": "cancelled"}.get(reason, "failed")
+            ledger.append((0, 1.0, {**k, "state": state, "terminal_reason": reason}))
+            status.append((0, 1.0, {**k, "state": _USER.get(reason, "failed")}))
+            if state == "dispatched":
+                args = arguments[(turn.tenant, turn.turn_id, call)]
+                dispatch.append((0, 1.0, {**k, "arguments": args}))
+    return dispatch, ledger, status, audit, cancels
+
+
+def _first(plan: Plan, expect: Expect) -> tuple[str, str, str]:
+    return next(k for k, e in sorted(plan.expectations().items()) if e is expect)
+
+
+def test_clean_outputs_pass() -> None:
+    plan = _plan()
+    dispatch, ledger, status, audit, cancels = _clean(plan)
+    verdict = judge(plan, [], cancels, dispatch, ledger, audit, status)
+    assert verdict.ok, verdict.summary()
+    assert verdict.dispatched == verdict.must_dispatch > 0
+
+
+@pytest.mark.parametrize(
+    "defect",
+    ["lost", "duplicated", "unsafe", "wrong_arguments", "status", "reason", "unaudited"],
+)
+def test_each_planted_defect_is_reported(defect: str) -> None:
+    plan = _plan()
+    dispatch, ledger, status, audit, cancels = _clean(plan)
+    once = _first(plan, Expect.ONCE)
+    never = next(k for (_, _, r) in ledger if r["state"] == "cancelled" for k in [_key(r)])
+
+    def is_once(r: Rec) -> bool:
+        return _key(r[2]) == once
+
+    if defect == "lost":
+        dispatch = [r for r in dispatch if not is_once(r)]
+        ledger = [r for r in ledger if not is_once(r)]
+        status = [r for r in status if not is_once(r)]
+    elif defect == "duplicated":
+        dispatch.append(next(r for r in dispatch if is_once(r)))
+    elif defect == "unsafe":
+        dispatch.append((0, 1.0, {**_fields(never), "arguments": {}}))
+    elif defect == "wrong_arguments":
+        dispatch = [
+            (p, t, {**r, "arguments": {"city": "x"}}) if is_once((p, t, r)) else (p, t, r)
+            for p, t, r in dispatch
+        ]
+    elif defect == "status":
+        status.append((0, 2.0, {**_fields(never), "state": "dispatched"}))
+    elif defect == "reason":
+        ledger.append((0, 2.0, {**_fields(never), "state": "failed", "terminal_reason": "x"}))
+        status = [r for r in status if _key(r[2]) != never]
+        status.append((0, 2.0, {**_fields(never), "state": "failed"}))
+    elif defect == "unaudited":
+        audit = audit[1:]
+    verdict = judge(plan, [], cancels, dispatch, ledger, audit, status)
+    assert not verdict.ok
+    summary = verdict.summary()
+    field = {
+        "lost": "lost",
+        "duplicated": "duplicated",
+        "unsafe": "unsafe",
+        "wrong_arguments": "wrong_arguments",
+        "status": "status_mismatch",
+        "reason": "wrong_reason",
+        "unaudited": "cancels_unaudited",
+    }[defect]
+    assert summary[field] == 1, summary
+
+
+def _key(r: dict[str, Any]) -> tuple[str, str, str]:
+    return (r["tenant"], r["turn_id"], r["call_id"])
+
+
+def _fields(k: tuple[str, str, str]) -> dict[str, str]:
+    return {"tenant": k[0], "turn_id": k[1], "call_id": k[2]}
