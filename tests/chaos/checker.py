@@ -15,6 +15,8 @@ For every call of the plan (see :class:`~tests.chaos.workload.Expect`):
 * **status_mismatch**: a call whose terminal user status (``dispatched``, ``cancelled``,
   ``failed``; several records of one call must agree) does not say what its ledger entry says,
   or a terminal status without a ledger entry: what the user is told must be what happened.
+* **proposals_missing**: a call that needs confirmation whose proposal the gateway never saw
+  (so it could not be confirmed: a lost proposal).
 * **wrong_reason**: a call of a fully acknowledged turn whose last ledger entry is not the one its
   fate implies (a cancelled call must end ``user_stop``, a cut one ``incomplete`` or never open,
   a schema-breaking one ``schema_invalid``, an open-ended one stays without an entry).
@@ -47,6 +49,9 @@ LEDGER_REASONS: dict[Fate, frozenset[str]] = {
     Fate.TRUNCATED_CLOSED: frozenset({"incomplete", "none"}),  # a call cut before it started
     Fate.TRUNCATED_OPEN: frozenset({"none", "idle_timeout"}),  # idle_timeout: a long run
     Fate.SCHEMA_INVALID: frozenset({"schema_invalid"}),
+    Fate.CONFIRMED: frozenset({"dispatched"}),
+    Fate.DENIED: frozenset({"confirmation_denied"}),
+    Fate.CANCEL_BEFORE_CONFIRM: frozenset({"user_stop"}),
 }
 
 
@@ -64,6 +69,7 @@ class Verdict:
     cancels_unaudited: int = 0
     wrong_reason: list[tuple[CallKey, str, str]] = field(default_factory=list)
     status_mismatch: list[tuple[CallKey, str, list[str]]] = field(default_factory=list)
+    proposals_missing: int = 0
     indeterminate: int = 0
     ledger_reasons: dict[str, int] = field(default_factory=dict)
     recovery: list[dict[str, Any]] = field(default_factory=list)
@@ -79,6 +85,7 @@ class Verdict:
             or self.cancels_unaudited
             or self.wrong_reason
             or self.status_mismatch
+            or self.proposals_missing
         )
 
     def summary(self) -> dict[str, Any]:
@@ -100,6 +107,7 @@ class Verdict:
             "cancels_unaudited": self.cancels_unaudited,
             "wrong_reason": len(self.wrong_reason),
             "status_mismatch": len(self.status_mismatch),
+            "proposals_missing": self.proposals_missing,
             "max_recovery_seconds": {k: round(v, 1) for k, v in sorted(worst.items())},
             "examples": {
                 "lost": self.lost[:5],

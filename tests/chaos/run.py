@@ -17,7 +17,7 @@ from typing import Any
 
 from tests.chaos.checker import Verdict, check, read_topic
 from tests.chaos.faults import Broker, Cluster, Fault, FaultKind, schedule
-from tests.chaos.workload import Driver, Expect, Plan
+from tests.chaos.workload import BOOKING_TOOL_YAML, Driver, Expect, Plan
 from tests.integration.conftest import Runtime
 
 DEFAULT_TIMEOUTS = {
@@ -83,6 +83,8 @@ async def run(options: Options) -> Report:
         assert FaultKind.BROKER not in options.kinds, "never kill the shared broker"
     prefix = f"chaos{options.seed}x{uuid.uuid4().hex[:6]}."
     runtime = Runtime(bootstrap, prefix, options.workdir, options.partitions)
+    with (options.workdir / "tools.yaml").open("a") as tools:
+        tools.write(BOOKING_TOOL_YAML)  # the confirming fates' tool
     plan = Plan.generate(options.seed, options.turns)
     faults = schedule(
         options.seed, options.faults, options.duration, options.kinds, options.workers
@@ -100,6 +102,7 @@ async def run(options: Options) -> Report:
         await load
         await _settle(runtime, plan, options.settle_seconds)
         verdict = await check(runtime.settings, plan, faults, driver.cancels)
+        verdict.proposals_missing = len(driver.proposal_timeouts)
         exits = list(cluster.unexpected_exits)
     finally:
         await cluster.close()

@@ -17,7 +17,15 @@ cancel_between_terminals  two tool blocks: block A ends, turn.cancelled, block  
 truncated_closed          part of the stream, then the adapter closes (cut)      never
 truncated_open            part of the stream, nothing more                       never
 schema_invalid            a complete stream whose arguments break the schema     never
+confirmed                 a ``book_slot`` turn (needs confirmation), normal; on  dispatch 1x
+                          each proposal the gateway writes ``call.confirmed``
+denied                    the same; on each proposal, ``call.denied``            never
+cancel_before_confirm     the same; on each proposal, ``turn.cancelled`` (acked) never
+                          and then ``call.confirmed``: the earlier cancel wins
 ========================  =====================================================  ============
+
+The confirming fates read ``proposals`` (read_committed, following) the way a gateway does, and
+confirm the digest the proposal carries.
 
 :class:`Plan` is pure (seed → turns); :class:`Driver` writes it at a steady pace and records what
 was acknowledged, so the checker compares outputs with what the log really holds: a turn whose
@@ -28,6 +36,7 @@ arguments, and an unsafe fate stays unsafe whatever failed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import random
 import time
@@ -40,12 +49,28 @@ import orjson
 from processor.adapters.anthropic import AnthropicMessagesAdapter
 from processor.adapters.base import StreamAdapter, TurnContext
 from processor.adapters.openai_chat import OpenAIChatAdapter
-from processor.core.events import FragmentEvent, TurnCancelled
+from processor.core.events import CallConfirmed, CallDenied, FragmentEvent, TurnCancelled
 from processor.ops.ctl import ControlWriter
 from processor.runtime.publish import Publisher
+from processor.runtime.tail import read_records
 from processor.settings import Settings
 
 TOOL = "get_weather"
+BOOKING_TOOL = "book_slot"
+BOOKING_TOOL_YAML = """
+  - name: book_slot
+    version: "1"
+    requires_confirmation: true
+    confirmation_ttl_seconds: 600
+    parameters:
+      type: object
+      required: [date, time, party_size]
+      properties:
+        date: {type: string}
+        time: {type: string, pattern: "^[0-2][0-9]:[0-5][0-9]$"}
+        party_size: {type: integer, minimum: 1, maximum: 20}
+      additionalProperties: false
+"""
 TENANTS = ("acme", "globex", "initech", "umbrella", "hooli")
 ACTOR = "user-1"
 CITIES = ("Oslo", "Rome", "Lagos", "Quito", "Hanoi", "Perth", "Cusco", "Turku", "Split")
@@ -59,10 +84,17 @@ class Fate(enum.StrEnum):
     TRUNCATED_CLOSED = "truncated_closed"
     TRUNCATED_OPEN = "truncated_open"
     SCHEMA_INVALID = "schema_invalid"
+    CONFIRMED = "confirmed"
+    DENIED = "denied"
+    CANCEL_BEFORE_CONFIRM = "cancel_before_confirm"
 
     @property
     def must_dispatch(self) -> bool:
-        return self in (Fate.NORMAL, Fate.LATE_BINDING)
+        return self in (Fate.NORMAL, Fate.LATE_BINDING, Fate.CONFIRMED)
+
+    @property
+    def confirming(self) -> bool:
+        return self in (Fate.CONFIRMED, Fate.DENIED, Fate.CANCEL_BEFORE_CONFIRM)
 
 
 WEIGHTS: dict[Fate, int] = {
@@ -73,6 +105,9 @@ WEIGHTS: dict[Fate, int] = {
     Fate.TRUNCATED_CLOSED: 8,
     Fate.TRUNCATED_OPEN: 7,
     Fate.SCHEMA_INVALID: 10,
+    Fate.CONFIRMED: 6,
+    Fate.DENIED: 4,
+    Fate.CANCEL_BEFORE_CONFIRM: 4,
 }
 
 
@@ -127,7 +162,10 @@ class Plan:
         for i in range(count):
             fate = rng.choices(fates, weights)[0]
             calls = 2 if fate is Fate.CANCEL_BETWEEN_TERMINALS else rng.randint(1, 3)
-            args = [_arguments(rng, invalid=fate is Fate.SCHEMA_INVALID) for _ in range(calls)]
+            if fate.confirming:
+                args = [_booking(rng) for _ in range(calls)]
+            else:
+                args = [_arguments(rng, invalid=fate is Fate.SCHEMA_INVALID) for _ in range(calls)]
             turns.append(
                 Turn(
                     tenant=rng.choice(TENANTS),
@@ -168,6 +206,14 @@ def _arguments(rng: random.Random, *, invalid: bool) -> dict[str, Any]:
     return args
 
 
+def _booking(rng: random.Random) -> dict[str, Any]:
+    return {
+        "date": f"2031-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+        "time": f"{rng.randint(0, 23):02d}:{rng.choice(['00', '15', '30', '45'])}",
+        "party_size": rng.randint(1, 20),
+    }
+
+
 # ---------------------------------------------------------------------------- provider streams
 
 
@@ -186,7 +232,7 @@ def chat_chunks(turn: Turn, rng: random.Random) -> tuple[list[dict[str, Any]], d
     chunks: list[dict[str, Any]] = []
     for index, (call_id, args) in enumerate(zip(turn.call_ids, turn.arguments, strict=True)):
         head = {"index": index, "id": call_id, "type": "function"}
-        head["function"] = {"name": TOOL, "arguments": ""}
+        head["function"] = {"name": BOOKING_TOOL if turn.fate.confirming else TOOL, "arguments": ""}
         chunks.append(_chat(rid, [head]))
         for piece in _pieces(orjson.dumps(args).decode(), rng):
             chunks.append(_chat(rid, [{"index": index, "function": {"arguments": piece}}]))
@@ -231,21 +277,81 @@ class Driver:
     duration: float
     paused: asyncio.Event = field(default_factory=asyncio.Event)
     cancels: list[str] = field(default_factory=list)
+    proposals: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    proposal_timeouts: list[tuple[str, str, str]] = field(default_factory=list)
+    proposal_wait: float = 240.0  # seconds a gateway waits for a proposal (faults included)
     _publisher: Publisher | None = None
     _control: ControlWriter | None = None
 
     async def run(self) -> None:
         self.paused.set()
-        async with Publisher(self.settings) as publisher, ControlWriter(self.settings) as control:
-            self._publisher, self._control = publisher, control
-            start = time.monotonic()
-            gap = self.duration / max(1, len(self.plan.turns))
-            tasks = []
-            for i, turn in enumerate(self.plan.turns):
-                await asyncio.sleep(max(0.0, start + i * gap - time.monotonic()))
-                await self.paused.wait()
-                tasks.append(asyncio.create_task(self._turn(turn)))
-            await asyncio.gather(*tasks)
+        watcher = asyncio.create_task(self._watch_proposals())
+        try:
+            async with (
+                Publisher(self.settings) as publisher,
+                ControlWriter(self.settings) as control,
+            ):
+                self._publisher, self._control = publisher, control
+                start = time.monotonic()
+                gap = self.duration / max(1, len(self.plan.turns))
+                tasks = []
+                for i, turn in enumerate(self.plan.turns):
+                    await asyncio.sleep(max(0.0, start + i * gap - time.monotonic()))
+                    await self.paused.wait()
+                    tasks.append(asyncio.create_task(self._turn(turn)))
+                await asyncio.gather(*tasks)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _watch_proposals(self) -> None:
+        """Follow ``proposals`` (read_committed) as a gateway does; survive broker restarts."""
+        topic = self.settings.topics.output("proposals")
+        while True:
+            try:
+                async for record in read_records(self.settings, topic, follow=True):
+                    r = orjson.loads(record.value)
+                    self.proposals[(r["tenant"], r["turn_id"], r["call_id"])] = r
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(1)
+
+    async def _proposal(self, key: tuple[str, str, str]) -> dict[str, Any]:
+        deadline = time.monotonic() + self.proposal_wait
+        while key not in self.proposals:
+            if time.monotonic() > deadline:
+                self.proposal_timeouts.append(key)
+                raise TimeoutError(f"no proposal for {key}")
+            await asyncio.sleep(0.2)
+        return self.proposals[key]
+
+    async def _decide(self, proposal: dict[str, Any], *, confirm: bool) -> None:
+        assert self._control is not None
+        fields = {k: proposal[k] for k in ("tenant", "turn_id", "response_id", "item_id")}
+        event: CallConfirmed | CallDenied
+        if confirm:
+            event = CallConfirmed(
+                command_id=f"chaos-confirm-{proposal['call_id']}",
+                issued_by="gateway",
+                issued_at=time.time(),
+                call_id=proposal["call_id"],
+                actor=ACTOR,
+                args_digest=proposal["args_digest"],
+                **fields,
+            )
+        else:
+            event = CallDenied(
+                command_id=f"chaos-deny-{proposal['call_id']}",
+                issued_by="gateway",
+                issued_at=time.time(),
+                call_id=proposal["call_id"],
+                actor=ACTOR,
+                args_digest=proposal["args_digest"],
+                **fields,
+            )
+        await asyncio.wait_for(self._control.write(event), 60)
 
     async def _turn(self, turn: Turn) -> None:
         rng = random.Random(f"{self.plan.seed}/{turn.turn_id}")
@@ -337,6 +443,17 @@ async def _schema_invalid(d: Driver, turn: Turn, ctx: TurnContext, rng: random.R
     await _normal(d, turn, ctx, rng)
 
 
+async def _confirming(d: Driver, turn: Turn, ctx: TurnContext, rng: random.Random) -> None:
+    """A normal stream of a tool that needs confirmation; then, once every call's proposal was
+    read, the gateway's decision for each (a cancellation first, for cancel_before_confirm)."""
+    await _normal(d, turn, ctx, rng)
+    proposals = [await d._proposal((turn.tenant, turn.turn_id, c)) for c in turn.call_ids]
+    if turn.fate is Fate.CANCEL_BEFORE_CONFIRM:
+        await d._cancel(turn)  # acknowledged before any confirmation is written
+    for proposal in proposals:
+        await d._decide(proposal, confirm=turn.fate is not Fate.DENIED)
+
+
 _STEPS: dict[Fate, Callable[[Driver, Turn, TurnContext, random.Random], Any]] = {
     Fate.NORMAL: _normal,
     Fate.LATE_BINDING: _late_binding,
@@ -345,4 +462,7 @@ _STEPS: dict[Fate, Callable[[Driver, Turn, TurnContext, random.Random], Any]] = 
     Fate.TRUNCATED_CLOSED: _truncated,
     Fate.TRUNCATED_OPEN: _truncated,
     Fate.SCHEMA_INVALID: _schema_invalid,
+    Fate.CONFIRMED: _confirming,
+    Fate.DENIED: _confirming,
+    Fate.CANCEL_BEFORE_CONFIRM: _confirming,
 }

@@ -37,10 +37,14 @@ def _clean(plan: Plan) -> tuple[list[Rec], list[Rec], list[Rec], list[Rec], list
         Fate.CANCEL_BETWEEN_TERMINALS: "user_stop",
         Fate.TRUNCATED_CLOSED: "incomplete",
         Fate.SCHEMA_INVALID: "schema_invalid",
+        Fate.CONFIRMED: "dispatched",
+        Fate.DENIED: "confirmation_denied",
+        Fate.CANCEL_BEFORE_CONFIRM: "user_stop",
     }
     arguments = plan.arguments()
     for turn in plan.turns:
-        if turn.fate in (Fate.CANCEL_BEFORE_TERMINAL, Fate.CANCEL_BETWEEN_TERMINALS):
+        cancelling = (Fate.CANCEL_BEFORE_TERMINAL, Fate.CANCEL_BETWEEN_TERMINALS)
+        if turn.fate in (*cancelling, Fate.CANCEL_BEFORE_CONFIRM):
             cancels.append(f"chaos-cancel-{turn.turn_id}")
             audit.append((0, 1.0, {"command_id": cancels[-1], "outcome": "applied"}))
         if turn.fate is Fate.TRUNCATED_OPEN:
