@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -34,7 +35,12 @@ def _row(report: Report) -> str:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # asyncio.run cancels the run: its workers and broker are stopped
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
     parser.add_argument("--seed", type=int, nargs="+", default=[1])
     parser.add_argument("--turns", type=int, default=2000)

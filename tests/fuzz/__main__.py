@@ -33,8 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         for case, what in report.escapes:
             print(f"  case {case}: {what}")
-            print(f"    reproduce: python -m tests.fuzz --target {target} --seed {args.seed} "
-                  f"--case {case}")
+            print(
+                f"    reproduce: python -m tests.fuzz --target {target} --seed {args.seed} "
+                f"--case {case}"
+            )
         escaped += len(report.escapes)
     return 1 if escaped else 0
 

@@ -19,6 +19,12 @@ Targets and what counts as an escape:
                  is of a call whose response the stream ended normally before it.
 ``garbage``      random bytes or random JSON values to every adapter: AdapterError only, and no
                  dispatch at all.
+``records``      wire records (each text recording's adapter output, after its turn.started)
+                 with hostile changes (flipped or random bytes, any JSON value in a field, keys
+                 deleted, wrong type or version, duplicated and reordered records) through
+                 ``processor replay``'s loop: nothing raises, every record the decoder rejects
+                 gives exactly one dead letter with that reason, and a dispatch comes only after
+                 its response completed.
 ``eventstream``  the recorded Bedrock body with corrupted lengths, CRCs, bytes, truncations and
                  random chunkings: only AdapterError; without a recomputed CRC, every message
                  decoded is one of the original messages; an intact body decodes identically in
@@ -51,15 +57,21 @@ from processor.adapters.gemini import GeminiAdapter
 from processor.adapters.openai_chat import OpenAIChatAdapter
 from processor.adapters.openai_responses import OpenAIResponsesAdapter
 from processor.adapters.sse import iter_provider_events
+from processor.commands_offline import replay
 from processor.core.assembler import Assembler
-from processor.core.errors import AdapterError, LimitExceeded, MalformedJson
+from processor.core.errors import AdapterError, LimitExceeded, MalformedJson, RecordRejected
 from processor.core.events import (
+    CONTROL_TYPES,
+    FRAGMENT_TYPES,
     CallStarted,
+    DeadLetter,
     Dispatch,
     FragmentEvent,
     ResponseEnded,
     ResponseStatus,
     TurnStarted,
+    decode_input,
+    encode,
 )
 from processor.core.jsonscan import JsonSyntaxScanner
 from processor.core.registry import Registry
@@ -496,7 +508,9 @@ def eventstream_case(rng: random.Random) -> None:
     elif op == 2:  # lie about the lengths, with a valid prelude CRC
         t0, h0, _ = _PRELUDE.unpack_from(frame)
         choice = [0, 1, 15, 16, t0 - 1, t0 + 1, 2**31, 2**32 - 1, 25 * 1024 * 1024]
-        frame = _reframe(frame, total=rng.choice(choice), headers=rng.choice([h0, 0, t0, 2**32 - 1]))
+        frame = _reframe(
+            frame, total=rng.choice(choice), headers=rng.choice([h0, 0, t0, 2**32 - 1])
+        )
         crc_fixed = True
     elif op == 3:  # corrupt headers or payload, then fix the message CRC
         frame = _with_message_crc(flip_bytes(rng, frame[:-4]) + frame[-4:])
@@ -520,11 +534,120 @@ def eventstream_case(rng: random.Random) -> None:
 
 # =============================================================================== runner
 
+# =============================================================================== records
+
+_CONTROL_TYPES = sorted(CONTROL_TYPES)
+_RECORD_KEYS = ("v", "type", "tenant", "turn_id", "response_id", "item_id", "call_id", "ts",
+                "seq", "text", "tool", "status", "command_id", "issued_at", "actor", "reason")  # fmt: skip
+
+
+@functools.cache
+def _record_streams() -> list[list[bytes]]:
+    """Each text recording's adapter output as wire records, after the turn's binding."""
+    bind = TurnStarted(
+        command_id="bind", issued_by="gateway", issued_at=1.0,
+        tenant=CTX.tenant, turn_id=CTX.turn_id, actor=CTX.actor,
+    )  # fmt: skip
+    streams = []
+    for rec in _recordings():
+        if rec.is_eventstream:
+            continue
+        fragments = _feed(rec.factory(), rec.events, raw=False)
+        streams.append(
+            [encode(bind), *(encode(e.model_copy(update={"ts": 2.0})) for e in fragments)]
+        )
+    return streams
+
+
+def mutate_record(rng: random.Random, line: bytes) -> bytes:
+    """One hostile change to a wire record: bytes, a field's value or type, a key, the version."""
+    roll = rng.random()
+    if roll < 0.2:
+        return flip_bytes(rng, line)
+    if roll < 0.3:
+        return rng.randbytes(rng.randint(0, 60))
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return flip_bytes(rng, line)  # already broken by an earlier change
+    if not isinstance(record, dict):
+        return orjson.dumps(random_json(rng))
+    if roll < 0.6:
+        record[rng.choice(_RECORD_KEYS)] = random_json(rng)
+    elif roll < 0.7:
+        record.pop(rng.choice(list(record)), None)
+    elif roll < 0.8:
+        record["type"] = rng.choice([*_CONTROL_TYPES, *sorted(FRAGMENT_TYPES), "x", ""])
+    elif roll < 0.9:
+        record["v"] = rng.choice([0, 2, -1, "1", 1.0, None, True, 2**70])
+    else:
+        return orjson.dumps(random_json(rng))
+    return json.dumps(record).encode()  # stdlib: also integers beyond 64 bits
+
+
+def records_case(rng: random.Random) -> None:
+    """Mutated record streams through ``processor replay``'s loop: a rejected record becomes one
+    dead letter with a reason; nothing raises; a dispatch only after its response completed."""
+    lines = list(rng.choice(_record_streams()))
+    for _ in range(rng.randint(1, 6)):
+        i = rng.randrange(len(lines))
+        roll = rng.random()
+        if roll < 0.6:
+            lines[i] = mutate_record(rng, lines[i])
+        elif roll < 0.8:
+            lines.insert(i, lines[rng.randrange(len(lines))])  # duplicated
+        else:
+            j = rng.randrange(len(lines))
+            lines[i], lines[j] = lines[j], lines[i]  # reordered
+    registry = Registry.from_document(
+        {"tools": [{"name": n, "parameters": {"type": "object"}} for n in _TOOLS_OF_RECORDINGS]}
+    )
+    assembler = Assembler(registry)
+    completed: set[str] = set()
+    for number, line in enumerate(lines, start=1):
+        expected_reason: str | None = None
+        if not line.strip():
+            continue  # a blank line of a JSON-lines file: replay skips it
+        try:
+            event = decode_input(line.strip())  # replay's clock follows the records: no future
+            if isinstance(event, ResponseEnded) and event.status is ResponseStatus.COMPLETED:
+                completed.add(event.response_id)
+        except RecordRejected as exc:
+            expected_reason = exc.reason
+        except Exception as exc:
+            raise Escape(f"decode_input raised {type(exc).__name__}: {exc}") from exc
+        try:
+            outputs = list(replay([line], assembler, source="fuzz"))
+            for output in outputs:
+                encode(output)
+        except Exception as exc:
+            raise Escape(f"replay raised {type(exc).__name__} on line {number}: {exc}") from exc
+        letters = [o for o in outputs if isinstance(o, DeadLetter)]
+        if expected_reason is not None:
+            STATS["records.dead_lettered"] += 1
+            if [d.reason for d in letters] != [expected_reason] or len(outputs) != 1:
+                raise Escape(f"line {number} rejected {expected_reason!r}, outputs {outputs!r}")
+        elif letters and len(outputs) != 1:  # e.g. stale_event: a dead letter and nothing else
+            raise Escape(f"line {number}: a dead letter among other outputs {outputs!r}")
+        for output in outputs:
+            if isinstance(output, Dispatch):
+                STATS["records.dispatched"] += 1
+                if output.response_id not in completed:
+                    raise Escape(f"dispatch before its response completed: {output.call_id}")
+
+
+_TOOLS_OF_RECORDINGS = (
+    "get_weather", "get_temperature", "get_stock_price", "calculator", "make_file",
+    "GetWeatherArgs", "getWeather", "weather",
+)  # fmt: skip
+
+
 TARGETS: dict[str, Callable[[random.Random], None]] = {
     "jsonscan": jsonscan_case,
     "adapters": adapters_case,
     "garbage": garbage_case,
     "eventstream": eventstream_case,
+    "records": records_case,
 }
 
 

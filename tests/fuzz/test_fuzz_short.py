@@ -12,7 +12,7 @@ import pytest
 from tests.fuzz.targets import STATS, run
 
 SEED = 20261203
-CASES = {"jsonscan": 4000, "adapters": 600, "garbage": 3000, "eventstream": 600}
+CASES = {"jsonscan": 4000, "adapters": 600, "garbage": 3000, "eventstream": 600, "records": 500}
 
 
 @pytest.mark.parametrize("target", sorted(CASES))
@@ -25,5 +25,7 @@ def test_no_escapes(target: str) -> None:
         assert STATS["jsonscan.accepted"] > 200 and STATS["jsonscan.rejected"] > 200, STATS
     if target == "adapters":
         assert STATS["adapters.dispatched"] > 50 and STATS["adapters.adapter_error"] > 50, STATS
+    if target == "records":
+        assert STATS["records.dead_lettered"] > 200 and STATS["records.dispatched"] > 20, STATS
     if target == "eventstream":
         assert STATS["eventstream.decoded"] > 40 and STATS["eventstream.refused"] > 50, STATS
