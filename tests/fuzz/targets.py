@@ -574,8 +574,8 @@ def mutate_record(rng: random.Random, line: bytes) -> bytes:
         return orjson.dumps(random_json(rng))
     if roll < 0.6:
         record[rng.choice(_RECORD_KEYS)] = random_json(rng)
-    elif roll < 0.7:
-        record.pop(rng.choice(list(record)), None)
+    elif roll < 0.7 and record:
+        record.pop(rng.choice(list(record)))
     elif roll < 0.8:
         record["type"] = rng.choice([*_CONTROL_TYPES, *sorted(FRAGMENT_TYPES), "x", ""])
     elif roll < 0.9:
@@ -686,6 +686,8 @@ def run(
             fn(case_rng(seed, target, i))
         except Escape as exc:
             report.escapes.append((i, str(exc)[:300]))
+        except Exception as exc:  # the harness itself, or code it did not wrap: report, go on
+            report.escapes.append((i, f"unexpected {type(exc).__name__}: {exc}"[:300]))
         report.cases += 1
         i += 1
     report.seconds = time.monotonic() - start
