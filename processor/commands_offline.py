@@ -60,7 +60,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def replay(
     lines: Iterable[bytes], assembler: Assembler, *, source: str = "replay"
 ) -> Iterator[OutputRecord]:
-    """Feed each line to the Assembler, advancing time from the records; yield every output."""
+    """Feed each line to the Assembler, advancing time from the records; yield every output.
+
+    Only a record that decodes moves the clock: a rejected one is a dead letter at the current
+    time, so a malformed record with a far-future ``ts`` cannot expire every open call.
+    """
+    from processor.core.errors import RecordRejected  # noqa: PLC0415
+    from processor.core.events import decode_input, event_time  # noqa: PLC0415
     from processor.core.outputs import RecordSource  # noqa: PLC0415
 
     now = 0.0
@@ -68,9 +74,16 @@ def replay(
         line = raw.strip()
         if not line:
             continue
-        now = max(now, _record_time(line))
+        where = RecordSource(source, 0, number)
+        try:
+            event = decode_input(line)
+        except RecordRejected as exc:
+            yield assembler.dead_letter(line, where, exc.reason, exc.detail, now)
+            continue
+        when = event_time(event)
+        now = max(now, when if math.isfinite(when) else 0.0)
         yield from assembler.tick(now)
-        yield from assembler.handle_record(line, RecordSource(source, 0, number), now)
+        yield from assembler.handle_decoded(event, line, where, now)
 
 
 def output_line(record: OutputRecord) -> bytes:
@@ -109,24 +122,6 @@ def text_line(record: OutputRecord) -> bytes:
             where = f"{record.source_topic}@{record.offset}"
             text = f"DEAD      {where}: {record.reason} {record.detail}"
     return text.encode() + b"\n"
-
-
-def _record_time(line: bytes) -> float:
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return 0.0
-    if not isinstance(data, dict):
-        return 0.0
-    for field in ("ts", "issued_at"):
-        value = data.get(field)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            try:
-                when = float(value)
-            except OverflowError:
-                return 0.0
-            return when if math.isfinite(when) else 0.0  # never let a record stop the clock
-    return 0.0
 
 
 def _replay_command(args: argparse.Namespace) -> int:

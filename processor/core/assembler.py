@@ -184,6 +184,21 @@ class Assembler:
             event = decode_input(payload, now=now, clock_skew=self.limits.max_clock_skew_seconds)
         except RecordRejected as exc:
             return [self.dead_letter(payload, source, exc.reason, exc.detail, now)]
+        return self.handle_decoded(
+            event, payload, source, now, record_time=record_time, barrier=barrier
+        )
+
+    def handle_decoded(
+        self,
+        event: InputEvent,
+        payload: bytes,
+        source: RecordSource,
+        now: float,
+        *,
+        record_time: float | None = None,
+        barrier: int | None = None,
+    ) -> list[OutputRecord]:
+        """:meth:`handle_record` after decoding: a record too old to judge is a dead letter."""
         if event_time(event) < now - self.limits.retention_seconds:
             detail = "older than the retention window; its state may have been forgotten"
             return [self.dead_letter(payload, source, "stale_event", detail, now)]
