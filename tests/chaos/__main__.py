@@ -53,6 +53,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/chaos"))
     parser.add_argument("--broker-port", type=int, default=19292)
     parser.add_argument("--json", type=Path, default=None, help="append each report here")
+    parser.add_argument("--keep", action="store_true", help="keep topics and broker data")
     args = parser.parse_args()
     kinds = [FaultKind(k) for k in args.kinds.split(",") if k]
     failed = False
@@ -71,6 +72,7 @@ def main() -> int:
             bootstrap=args.bootstrap,
             workdir=workdir,
             broker_port=args.broker_port,
+            keep=args.keep,
         )
         report = asyncio.run(run(options))
         data = report.as_json()

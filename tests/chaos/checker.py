@@ -70,6 +70,7 @@ class Verdict:
     wrong_reason: list[tuple[CallKey, str, str]] = field(default_factory=list)
     status_mismatch: list[tuple[CallKey, str, list[str]]] = field(default_factory=list)
     proposals_missing: int = 0
+    details: list[dict[str, Any]] = field(default_factory=list)  # forensics of each duplicate
     indeterminate: int = 0
     ledger_reasons: dict[str, int] = field(default_factory=dict)
     recovery: list[dict[str, Any]] = field(default_factory=list)
@@ -117,6 +118,7 @@ class Verdict:
                 "wrong_reason": self.wrong_reason[:5],
                 "status_mismatch": self.status_mismatch[:5],
             },
+            "duplicate_details": self.details[:5],
         }
 
 
@@ -124,7 +126,9 @@ async def read_topic(settings: Settings, role: str) -> list[tuple[int, float, di
     """(partition, record time in seconds, value) of every committed record of an output."""
     out = []
     async for record in read_records(settings, settings.topics.output(role)):
-        out.append((record.partition, record.timestamp / 1000, orjson.loads(record.value)))
+        value = orjson.loads(record.value)
+        value["_offset"] = record.offset  # for the report of a defect, never compared
+        out.append((record.partition, record.timestamp / 1000, value))
     return out
 
 
@@ -189,6 +193,22 @@ def judge(
         want = _USER_STATE.get(ledger_state.get(k, "none"), "none")
         if told.get(k, {"none"}) != {want}:
             v.status_mismatch.append((k, ledger_state.get(k, "none"), sorted(told.get(k, set()))))
+    for k in v.duplicated[:5]:
+        v.details.append(
+            {
+                "call": k,
+                "dispatch": [
+                    (p, round(t, 3), r.get("_offset"), r.get("dispatch_id"))
+                    for p, t, r in dispatch
+                    if key(r) == k
+                ],
+                "ledger": [
+                    (p, round(t, 3), r.get("state"), r.get("terminal_reason"))
+                    for p, t, r in ledger
+                    if key(r) == k
+                ],
+            }
+        )
     dispatched_in_ledger = {key(r) for _, _, r in ledger if r.get("state") == "dispatched"}
     v.ledger_mismatch = len(dispatched_in_ledger ^ set(counts))
     applied = {r["command_id"] for _, _, r in audit if r.get("outcome") in ("applied", "duplicate")}

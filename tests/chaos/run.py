@@ -43,6 +43,7 @@ class Options:
     workdir: Path = Path("/tmp/chaos")
     broker_port: int = 19292
     settle_seconds: float = 180.0  # after the load: how long the calls may take to drain
+    keep: bool = False  # keep the topics (and the broker's data dir) to inspect a failed run
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Report:
     unexpected_exits: list[tuple[str, int]]
     seconds: float
     fates: dict[str, int]
+    prefix: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +66,7 @@ class Report:
             "fates": self.fates,
             "seconds": round(self.seconds, 1),
             "unexpected_exits": self.unexpected_exits,
+            "prefix": self.prefix,
             "verdict": self.verdict.summary(),
             "recovery": self.verdict.recovery,
             "ledger_reasons": self.verdict.ledger_reasons,
@@ -106,13 +109,17 @@ async def run(options: Options) -> Report:
         exits = list(cluster.unexpected_exits)
     finally:
         await cluster.close()
-        await runtime.close()
+        if options.keep:
+            for worker in runtime.workers:
+                worker.close()
+        else:
+            await runtime.close()
         if broker is not None:
             await broker.stop()
     fates: dict[str, int] = {}
     for turn in plan.turns:
         fates[turn.fate] = fates.get(turn.fate, 0) + 1
-    return Report(options, verdict, faults, exits, time.monotonic() - started, fates)
+    return Report(options, verdict, faults, exits, time.monotonic() - started, fates, prefix)
 
 
 async def _settle(runtime: Runtime, plan: Plan, timeout: float) -> None:
