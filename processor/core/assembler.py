@@ -151,6 +151,8 @@ class Assembler:
         self._active: dict[CallKey, CallBuffer] = {}
         self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
         self._open_per_tenant: dict[str, int] = {}
+        self._open_total = 0
+        self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
         self._ended: deque[tuple[float, CallKey]] = deque()  # in order of ended_at
         self._ended_sorted = True
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
@@ -305,7 +307,7 @@ class Assembler:
 
     @property
     def open_buffers(self) -> int:
-        return sum(self._open_per_tenant.values())
+        return self._open_total
 
     @property
     def buffered_bytes(self) -> int:
@@ -333,7 +335,7 @@ class Assembler:
         refusal = self.control.refusal(key.tenant, key.turn_id, key.response_id)
         if buf is None:
             if refusal is None:
-                refusal = self._capacity_refusal(key.tenant)
+                refusal = self._capacity_refusal(key.tenant, now, out)
             buf = self._new_buffer(key, now, refusal is None)
             if refusal is not None:
                 buf.provider = event.provider
@@ -344,6 +346,8 @@ class Assembler:
             self._terminate(buf, refusal, now, out)
             return
         buf.last_activity = max(buf.last_activity, now)
+        if buf.counted:  # keep ``_active`` in order of activity, least recent first
+            self._active[key] = self._active.pop(key)
         buf.provider = buf.provider or event.provider
         try:
             if isinstance(event, CallStarted):
@@ -372,11 +376,30 @@ class Assembler:
             self._mark(turn_state_key(key.tenant, key.turn_id))
         return buf
 
-    def _capacity_refusal(self, tenant: str) -> TerminalReason | None:
-        if self.open_buffers >= self.limits.max_open_buffers:
+    def _capacity_refusal(
+        self, tenant: str, now: float, out: list[OutputRecord]
+    ) -> TerminalReason | None:
+        """Admit a new call of ``tenant``, or say why not (``buffer_limit``).
+
+        A tenant holds at most ``max_open_buffers_per_tenant`` open buffers. When the partition
+        holds ``max_open_buffers``, the call is still admitted if its tenant holds fewer than
+        the largest holder: that holder's least recently active buffer fails ``buffer_limit``
+        (audited in the ledger and status) to make room. So many tenants, or one, filling the
+        partition cannot shut out a tenant holding less than they do; a tenant that is itself
+        the largest holder is refused instead.
+        """
+        held = self._open_per_tenant.get(tenant, 0)
+        if held >= self.limits.max_open_buffers_per_tenant:
             return TerminalReason.BUFFER_LIMIT
-        if self._open_per_tenant.get(tenant, 0) >= self.limits.max_open_buffers_per_tenant:
+        if self._open_total < self.limits.max_open_buffers:
+            return None
+        most = max(self._open_per_tenant.values(), default=0)
+        if most <= held:
             return TerminalReason.BUFFER_LIMIT
+        counts = self._open_per_tenant
+        victim = next(b for b in self._active.values() if counts[b.key.tenant] == most)
+        self.evictions += 1
+        self._terminate(victim, TerminalReason.BUFFER_LIMIT, now, out)
         return None
 
     def _apply_start(self, buf: CallBuffer, event: CallStarted) -> None:
@@ -764,6 +787,7 @@ class Assembler:
         self._active[key] = buf
         self._active_by_turn.setdefault((key.tenant, key.turn_id), {})[key] = buf
         self._open_per_tenant[key.tenant] = self._open_per_tenant.get(key.tenant, 0) + 1
+        self._open_total += 1
 
     def _uncount(self, buf: CallBuffer) -> None:
         self._awaiting.pop(buf.key, None)
@@ -777,6 +801,7 @@ class Assembler:
         del turn[key]
         if not turn:
             del self._active_by_turn[(key.tenant, key.turn_id)]
+        self._open_total -= 1
         count = self._open_per_tenant[key.tenant] - 1
         if count > 0:
             self._open_per_tenant[key.tenant] = count
