@@ -153,6 +153,7 @@ class Assembler:
         self._open_per_tenant: dict[str, int] = {}
         self._open_total = 0
         self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
+        self.turn_evictions = 0  # turn records forgotten to make room (max_turns*)
         self._ended: deque[tuple[float, CallKey]] = deque()  # in order of ended_at
         self._ended_sorted = True
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
@@ -604,6 +605,11 @@ class Assembler:
     # ================================================================== control: turns and users
 
     def _on_turn_started(self, event: TurnStarted, now: float, out: list[OutputRecord]) -> None:
+        if self.control.turn(event.tenant, event.turn_id) is None and not self._room_for_turn(
+            event.tenant
+        ):
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, "turn_limit", [], now))
+            return
         turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
         if turn.actor is not None and turn.actor != event.actor:
             out.append(outputs.audit(event, AuditOutcome.REJECTED, "actor_rebind", [], now))
@@ -613,6 +619,29 @@ class Assembler:
         for buf in self._turn_calls(event.tenant, event.turn_id):
             if buf.state is CallState.TERMINAL_CANDIDATE:
                 self._try_validate(buf, None, now, out)
+
+    def _room_for_turn(self, tenant: str) -> bool:
+        """Make room for a new turn record of ``tenant`` within ``max_turns`` and
+        ``max_turns_per_tenant``: forget the oldest turn of the tenant holding the most (this
+        tenant, when it is at its own cap) that is neither cancelled nor has an open call.
+        False when none can go: the new turn.started is refused (``turn_limit``)."""
+        by_tenant = self.control.turns_by_tenant
+        if len(by_tenant.get(tenant, ())) >= self.limits.max_turns_per_tenant:
+            return self._forget_oldest_turn(tenant)
+        if len(self.control.turns) < self.limits.max_turns:
+            return True
+        largest = max(by_tenant, key=lambda t: (len(by_tenant[t]), t))
+        return self._forget_oldest_turn(largest)
+
+    def _forget_oldest_turn(self, tenant: str) -> bool:
+        for turn_id in self.control.turns_by_tenant.get(tenant, ()):
+            record = self.control.turns[(tenant, turn_id)]
+            if record.cancelled is None and (tenant, turn_id) not in self._active_by_turn:
+                self.control.drop_turn(tenant, turn_id)
+                self._mark(turn_state_key(tenant, turn_id))
+                self.turn_evictions += 1
+                return True
+        return False
 
     def _on_turn_cancelled(self, event: TurnCancelled, now: float, out: list[OutputRecord]) -> None:
         outcome = self._admit(event, now, out)
@@ -845,7 +874,7 @@ class Assembler:
         control = self.control
         for tk, turn in list(control.turns.items()):
             if turn.last_seen < horizon and tk not in self._active_by_turn:
-                del control.turns[tk]
+                control.drop_turn(*tk)
                 self._mark(turn_state_key(*tk))
         for rk, response in list(control.responses.items()):
             if response.last_seen < horizon:

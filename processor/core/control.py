@@ -187,6 +187,8 @@ class ControlState:
 
     def __init__(self) -> None:
         self.turns: dict[tuple[str, str], TurnRecord] = {}
+        # turn ids per tenant in the order their records were made (oldest first)
+        self.turns_by_tenant: dict[str, dict[str, None]] = {}
         self.responses: dict[tuple[str, str, str], ResponseRecord] = {}
         self.disabled_tools: dict[tuple[str, str], Flag] = {}  # (tenant or "*", tool)
         self.stopped_tenants: dict[str, Flag] = {}
@@ -201,9 +203,22 @@ class ControlState:
         key = (tenant, turn_id)
         record = self.turns.get(key)
         if record is None:
-            record = self.turns[key] = TurnRecord(tenant=tenant, turn_id=turn_id)
+            record = TurnRecord(tenant=tenant, turn_id=turn_id)
+            self._add_turn(record)
         record.last_seen = max(record.last_seen, now)
         return record
+
+    def _add_turn(self, record: TurnRecord) -> None:
+        self.turns[(record.tenant, record.turn_id)] = record
+        self.turns_by_tenant.setdefault(record.tenant, {})[record.turn_id] = None
+
+    def drop_turn(self, tenant: str, turn_id: str) -> None:
+        if self.turns.pop((tenant, turn_id), None) is None:
+            return
+        ids = self.turns_by_tenant[tenant]
+        del ids[turn_id]
+        if not ids:
+            del self.turns_by_tenant[tenant]
 
     def response(self, tenant: str, turn_id: str, response_id: str) -> ResponseRecord | None:
         return self.responses.get((tenant, turn_id, response_id))
@@ -264,7 +279,9 @@ class ControlState:
         kind, _, rest = key.partition(":")
         if kind == "turn":
             tenant, turn_id = decode_key(rest)
-            _put(self.turns, (tenant, turn_id), TurnRecord(**value) if value else None)
+            self.drop_turn(tenant, turn_id)
+            if value:
+                self._add_turn(TurnRecord(**value))
         elif kind == "resp":
             t, u, r = decode_key(rest)
             _put(self.responses, (t, u, r), ResponseRecord(**value) if value else None)
