@@ -87,6 +87,8 @@ def run_scenario(name: str, scale: int) -> dict[str, Any]:
         nonlocal events
         events += 1
         out = asm.handle(event, now)
+        if events % 500 == 0:
+            asm.drain_changes()  # as the worker does after every batch (≤ 500 records)
         for o in out:
             if isinstance(o, Ledger) and o.terminal_reason is not None:
                 reasons[str(o.terminal_reason)] += 1
