@@ -31,7 +31,7 @@ class DeltaOutcome(StrEnum):
     DUPLICATE = "duplicate"  # identical text at an accepted position: ignored
 
 
-@dataclass
+@dataclass(slots=True)
 class CallBuffer:
     key: CallKey
     state: CallState = CallState.ABSENT

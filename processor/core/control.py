@@ -91,7 +91,7 @@ class Verdict(StrEnum):
 UNSIGNED: Final = "unsigned"
 
 
-@dataclass
+@dataclass(slots=True)
 class SeenCommand:
     """A remembered command id: when it was first seen and its content digest."""
 
@@ -138,7 +138,7 @@ def judge_command(seen: dict[str, SeenCommand], event: Command, now: float) -> t
     return Verdict.CONFLICT, scope
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnRecord:
     tenant: str
     turn_id: str
@@ -148,7 +148,7 @@ class TurnRecord:
     last_seen: float = 0.0
 
 
-@dataclass
+@dataclass(slots=True)
 class ResponseRecord:
     quarantined: bool = False
     ended: str | None = None  # TerminalReason value for calls that were still open
@@ -163,7 +163,7 @@ class ResponseRecord:
         return TerminalReason(self.ended) if self.ended else None
 
 
-@dataclass
+@dataclass(slots=True)
 class Flag:
     """An operator switch (tool disabled, tenant stopped) with the command that set it."""
 
