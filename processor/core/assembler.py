@@ -622,21 +622,22 @@ class Assembler:
 
     def _room_for_turn(self, tenant: str) -> bool:
         """Make room for a new turn record of ``tenant`` within ``max_turns`` and
-        ``max_turns_per_tenant``: forget the oldest turn of the tenant holding the most (this
-        tenant, when it is at its own cap) that is neither cancelled nor has an open call.
-        False when none can go: the new turn.started is refused (``turn_limit``)."""
-        by_tenant = self.control.turns_by_tenant
+        ``max_turns_per_tenant``, which count the turns that are not cancelled (a cancellation
+        is kept for safety and counts against nothing a tenant could be starved by): forget the
+        oldest such turn without an open call of the tenant holding the most (this tenant, when
+        it is at its own cap). False when none can go: the turn.started is refused
+        (``turn_limit``)."""
+        by_tenant = self.control.bindings_by_tenant
         if len(by_tenant.get(tenant, ())) >= self.limits.max_turns_per_tenant:
             return self._forget_oldest_turn(tenant)
-        if len(self.control.turns) < self.limits.max_turns:
+        if self.control.binding_count < self.limits.max_turns:
             return True
         largest = max(by_tenant, key=lambda t: (len(by_tenant[t]), t))
         return self._forget_oldest_turn(largest)
 
     def _forget_oldest_turn(self, tenant: str) -> bool:
-        for turn_id in self.control.turns_by_tenant.get(tenant, ()):
-            record = self.control.turns[(tenant, turn_id)]
-            if record.cancelled is None and (tenant, turn_id) not in self._active_by_turn:
+        for turn_id in self.control.bindings_by_tenant.get(tenant, ()):
+            if (tenant, turn_id) not in self._active_by_turn:  # at most its open calls skipped
                 self.control.drop_turn(tenant, turn_id)
                 self._mark(turn_state_key(tenant, turn_id))
                 self.turn_evictions += 1
@@ -650,7 +651,7 @@ class Assembler:
         reason = cancel_reason(event.reason)
         turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
         if turn.cancelled is None:
-            turn.cancelled = reason.value
+            self.control.cancel_turn(turn, reason.value)
             self._mark(turn_state_key(event.tenant, event.turn_id))
         affected = self._stop(self._turn_calls(event.tenant, event.turn_id), reason, now, out)
         out.append(outputs.audit(event, outcome, None, affected, now))

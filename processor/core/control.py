@@ -187,8 +187,10 @@ class ControlState:
 
     def __init__(self) -> None:
         self.turns: dict[tuple[str, str], TurnRecord] = {}
-        # turn ids per tenant in the order their records were made (oldest first)
-        self.turns_by_tenant: dict[str, dict[str, None]] = {}
+        # the turns that are not cancelled, per tenant, in the order their records were made
+        # (oldest first): what max_turns* bound (a cancellation is kept for safety, uncounted)
+        self.bindings_by_tenant: dict[str, dict[str, None]] = {}
+        self.binding_count = 0
         self.responses: dict[tuple[str, str, str], ResponseRecord] = {}
         self.disabled_tools: dict[tuple[str, str], Flag] = {}  # (tenant or "*", tool)
         self.stopped_tenants: dict[str, Flag] = {}
@@ -210,15 +212,27 @@ class ControlState:
 
     def _add_turn(self, record: TurnRecord) -> None:
         self.turns[(record.tenant, record.turn_id)] = record
-        self.turns_by_tenant.setdefault(record.tenant, {})[record.turn_id] = None
+        if record.cancelled is None:
+            self.bindings_by_tenant.setdefault(record.tenant, {})[record.turn_id] = None
+            self.binding_count += 1
 
     def drop_turn(self, tenant: str, turn_id: str) -> None:
-        if self.turns.pop((tenant, turn_id), None) is None:
+        if self.turns.pop((tenant, turn_id), None) is not None:
+            self._unindex(tenant, turn_id)
+
+    def cancel_turn(self, record: TurnRecord, reason: str) -> None:
+        """Mark a turn cancelled (absorbing); it no longer counts against max_turns*."""
+        record.cancelled = reason
+        self._unindex(record.tenant, record.turn_id)
+
+    def _unindex(self, tenant: str, turn_id: str) -> None:
+        ids = self.bindings_by_tenant.get(tenant)
+        if ids is None or turn_id not in ids:
             return
-        ids = self.turns_by_tenant[tenant]
         del ids[turn_id]
+        self.binding_count -= 1
         if not ids:
-            del self.turns_by_tenant[tenant]
+            del self.bindings_by_tenant[tenant]
 
     def response(self, tenant: str, turn_id: str, response_id: str) -> ResponseRecord | None:
         return self.responses.get((tenant, turn_id, response_id))

@@ -40,10 +40,11 @@ class Limits:
     # How many command ids are remembered for replay protection (within retention_seconds); when
     # full, granting commands are refused (replay_window_full) and safety commands still apply.
     max_seen_commands: int = 100_000
-    # How many turn records (bindings, cancellations) a partition keeps, in all and per tenant.
-    # When a new turn.started finds either full, the oldest turn of the tenant holding the most
-    # that is neither cancelled nor has an open call is forgotten (a late call of it then waits
-    # for a binding and fails permission_denied: fail-safe); if none can go, it is refused.
+    # How many turn records that are not cancelled (bindings) a partition keeps, in all and per
+    # tenant (cancellations are kept for safety and not counted). When a new turn.started finds
+    # either full, the oldest binding without an open call of the tenant holding the most is
+    # forgotten (a late call of it then waits for a binding and fails permission_denied:
+    # fail-safe); if none can go, the turn.started is refused (turn_limit).
     max_turns: int = 200_000
     max_turns_per_tenant: int = 20_000
 

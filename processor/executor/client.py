@@ -66,7 +66,7 @@ from processor.executor.records import (
 )
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
-from processor.runtime.clients import stop_consumer
+from processor.runtime.clients import discard_producer, stop_consumer
 from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
 from processor.settings import Settings
@@ -852,6 +852,7 @@ class ExecutorClient:
             except (ProducerFenced, AssertionError):
                 # aiokafka reports a fenced producer's later calls as a bare AssertionError
                 owned.lost = True
+                await discard_producer(producer)
                 raise _Fenced from None
             except KafkaError as exc:
                 log.warning(
@@ -860,8 +861,7 @@ class ExecutorClient:
                         partition=owned.partition, attempt=attempt, error=type(exc).__name__
                     ),
                 )
-                with contextlib.suppress(Exception):
-                    await producer.stop()
+                await discard_producer(producer)  # never deliver the failed batch later
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
                 try:
                     owned.producer = await self._new_producer(owned.partition)

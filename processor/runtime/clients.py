@@ -22,6 +22,7 @@ fenced and used: :mod:`processor.runtime.partition` and :mod:`processor.executor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -31,7 +32,7 @@ from typing import Any, Final, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.settings import Settings
@@ -42,6 +43,7 @@ __all__ = [
     "IdempotentProducer",
     "admin_client",
     "committed_reader",
+    "discard_producer",
     "ignore_fenced_leftovers",
     "read_to_end",
     "settle_unawaited",
@@ -192,3 +194,34 @@ def ignore_fenced_leftovers(loop: asyncio.AbstractEventLoop, context: dict[str, 
         _log.debug("a fenced producer's internal future was dropped (the fence was handled)")
         return
     loop.default_exception_handler(context)
+
+
+async def discard_producer(producer: AIOKafkaProducer) -> None:
+    """Close a producer whose transaction failed, dropping (never delivering) what it still holds.
+
+    ``AIOKafkaProducer.stop()`` flushes: it waits until every pending batch is delivered. After a
+    failed transaction (a timeout while the broker was away, an error, a fence) those batches
+    belong to a transaction that will be aborted, and delivering them later is a *zombie write*:
+    a broker without KIP-890 (transaction version 2, which aiokafka does not speak) accepts a
+    late write of the producer id's current epoch after the abort marker, and the next
+    transaction of the same producer id then commits it with its own marker. The chaos suite
+    caught exactly that: a dispatch record of an aborted transaction, visible to read_committed
+    readers, while the ledger records of that same transaction were aborted.
+
+    So the sender task is cancelled first (no retry of anything pending), pending batches are
+    failed, and the connections are closed; ``stop()`` afterwards is a no-op. The transaction
+    left open on the coordinator is aborted by the next ``InitProducerId`` of the same
+    transactional id (which also bumps the epoch, so a request still in flight is refused), or
+    by the transaction timeout. This touches aiokafka internals (pinned ``<0.15``; the unit
+    test ``tests/unit/test_discard_producer.py`` guards them).
+    """
+    producer._closed = True  # stop() must never flush this one later
+    sender = producer._sender
+    task = sender.sender_task if sender is not None else None
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+    producer._message_accumulator.fail_all(KafkaError("producer discarded after a failure"))
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(producer.client.close(), 5)

@@ -10,11 +10,13 @@ Numbered and bounded, like Quix Streams' checkpoint commit::
     6. commit
 
 The whole step runs under one deadline (``commit_timeout_seconds``, below the transaction timeout,
-itself below the session timeout). Any error aborts (best effort, bounded) and raises
-:class:`TransactionFailed` with a cause; the caller then throws the producer away and rebuilds the
-partition from the changelog and the committed offsets (a producer that hit an indefinite error,
-a timeout, must not be reused: the transaction may or may not have committed, and only a new
-``InitProducerId`` settles it).
+itself below the session timeout). Any error discards the producer on the spot, without
+delivering what it still holds and without a client-side abort
+(:func:`~processor.runtime.clients.discard_producer`: a late delivery of a failed transaction's
+records is a zombie write that a later transaction of the same producer id would commit), and
+raises :class:`TransactionFailed` with a cause; the caller rebuilds the partition from the
+changelog and the committed offsets with a new producer, whose ``InitProducerId`` aborts the
+open transaction and settles one that may or may not have committed.
 
 Step 4 is an aiokafka caveat: a failed produce request does not put aiokafka's transaction into
 an abortable state (only failures of AddPartitionsToTxn, AddOffsetsToTxn and TxnOffsetCommit do),
@@ -24,20 +26,17 @@ so without it a commit could succeed with records missing. We await every delive
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
-from processor.runtime.clients import settle_unawaited
+from processor.runtime.clients import discard_producer, settle_unawaited
 from processor.runtime.codec import Outbound
-
-_ABORT_TIMEOUT_S: Final = 5.0
 
 
 class TransactionFailed(Exception):
@@ -94,8 +93,12 @@ async def commit(
     except BaseException as exc:
         settle_unawaited([*futures, *changes])
         failure = _classify(exc)
-        if began and failure.cause not in ("fenced",):
-            await _abort_quietly(producer)
+        if began:
+            # never abort client-side and never flush: what the producer still holds belongs to
+            # a transaction that must not commit, and a late delivery of it is a zombie write
+            # (see clients.discard_producer); the next InitProducerId of this transactional id
+            # aborts the transaction on the coordinator.
+            await discard_producer(producer)
         if isinstance(exc, asyncio.CancelledError):
             raise
         raise failure from exc
@@ -114,12 +117,6 @@ async def _send_all(
                 r.topic, value=r.value, key=r.key, partition=r.partition, headers=r.headers
             )
         )
-
-
-async def _abort_quietly(producer: AIOKafkaProducer) -> None:
-    """Abort so read_committed readers move on now; the producer is discarded afterwards."""
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(producer.abort_transaction(), _ABORT_TIMEOUT_S)
 
 
 def _classify(exc: BaseException) -> TransactionFailed:

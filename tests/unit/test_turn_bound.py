@@ -46,7 +46,7 @@ def test_many_flooding_tenants_are_bounded_in_all_and_a_victim_still_binds() -> 
 
 
 def test_cancelled_turns_and_turns_with_open_calls_are_never_forgotten() -> None:
-    run = _run(total=50, per_tenant=3)
+    run = _run(total=50, per_tenant=2)  # the cancelled turn does not count
     run.feed(turn_started("cancelled", tenant="a"), turn_cancelled("cancelled", tenant="a"))
     open_call = Call(tenant="a", turn_id="open")
     run.feed(turn_started("open", tenant="a"), open_call.start())
@@ -63,16 +63,27 @@ def test_cancelled_turns_and_turns_with_open_calls_are_never_forgotten() -> None
 
 def test_when_nothing_can_go_the_binding_is_refused_and_audited() -> None:
     run = _run(total=50, per_tenant=2)
-    run.feed(turn_started("c1", tenant="a"), turn_cancelled("c1", tenant="a"))
-    run.feed(turn_started("c2", tenant="a"), turn_cancelled("c2", tenant="a"))
+    for turn in ("busy1", "busy2"):  # each has an open call: neither may be forgotten
+        run.feed(turn_started(turn, tenant="a"), Call(tenant="a", turn_id=turn).start())
     run.feed(turn_started("third", tenant="a"))
     [audit] = [a for a in run.of(Audit) if a.command_type == "turn.started"]
     assert (audit.outcome, audit.rejection) == ("rejected", "turn_limit")
-    call = Call(tenant="a", turn_id="third")
+    call = Call(call_id="late", tenant="a", turn_id="third")
     run.feed(*call.stream(ARGS))
     run.tick(run.now + 3600)
     assert run.dispatches == []
-    assert run.ledger("call_0").terminal_reason == "permission_denied"
+    assert run.ledger("late").terminal_reason == "permission_denied"
+
+
+def test_cancelled_turns_do_not_count_a_tenant_with_many_can_still_start_turns() -> None:
+    """Found by the restore test: 300,000 cancelled turns of one tenant refused every new one."""
+    run = _run(total=5, per_tenant=3)
+    for i in range(20):
+        run.feed(turn_started(f"c{i}", tenant="a"), turn_cancelled(f"c{i}", tenant="a"))
+    call = Call(tenant="a", turn_id="fresh")
+    run.feed(turn_started("fresh", tenant="a"), *call.stream(ARGS))
+    assert [d.turn_id for d in run.dispatches] == ["fresh"]
+    assert len(run.assembler.control.turns) == 21  # every cancellation kept
 
 
 def test_a_forgotten_turn_fails_safe_its_late_call_is_not_dispatched() -> None:
