@@ -37,6 +37,7 @@ one ordered stream) nothing is held.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -103,6 +104,11 @@ from processor.core.validation import Rejected, validate_call
 
 __all__ = ["Assembler", "RecordSource", "StateChange"]
 
+# How often tick() walks the control facts (turns, responses, command ids) to drop those older
+# than the retention window: a full pass costs O(facts), so not on every tick; they are kept at
+# most this much longer than ``retention_seconds``.
+_FORGET_EVERY_S = 60.0
+
 _RESPONSE_END_REASON = {
     ResponseStatus.COMPLETED: TerminalReason.INCOMPLETE,  # the response ended, the call did not
     ResponseStatus.INCOMPLETE: TerminalReason.INCOMPLETE,
@@ -154,6 +160,7 @@ class Assembler:
         self._open_total = 0
         self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
         self.turn_evictions = 0  # turn records forgotten to make room (max_turns*)
+        self._forgot_at = -math.inf  # when retention last dropped old facts (see tick)
         self._ended: deque[tuple[float, CallKey]] = deque()  # in order of ended_at
         self._ended_sorted = True
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
@@ -279,7 +286,11 @@ class Assembler:
                 buf.validation_result = "turn_not_bound"
             if reason is not None:
                 self._terminate(buf, reason, now, out)
-        self._forget(now - self.limits.retention_seconds)
+        horizon = now - self.limits.retention_seconds
+        self._forget_calls(horizon)
+        if now - self._forgot_at >= _FORGET_EVERY_S:  # a full pass over the control facts
+            self._forgot_at = now
+            self._forget_control(horizon)
         return out
 
     def _expiry(self, buf: CallBuffer, now: float) -> TerminalReason | None:
@@ -861,8 +872,8 @@ class Assembler:
     def _mark(self, key: str) -> None:
         self._dirty.add(key)
 
-    def _forget(self, horizon: float) -> None:
-        """Drop inert facts older than the retention window (bounded memory, invariant 5)."""
+    def _forget_calls(self, horizon: float) -> None:
+        """Drop inert calls older than the retention window (bounded memory, invariant 5)."""
         if not self._ended_sorted:
             self._ended = deque(sorted(self._ended, key=lambda e: e[0]))
             self._ended_sorted = True
@@ -872,6 +883,9 @@ class Assembler:
             if buf is not None and buf.state.absorbing and buf.ended_at == ended_at:
                 del self.calls[key]
                 self._touch(buf)
+
+    def _forget_control(self, horizon: float) -> None:
+        """Drop turns, responses and command ids older than the retention window."""
         control = self.control
         for tk, turn in list(control.turns.items()):
             if turn.last_seen < horizon and tk not in self._active_by_turn:

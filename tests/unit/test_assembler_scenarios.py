@@ -517,6 +517,8 @@ class TestBoundsAndRecords:
         assert call.key in run.assembler.calls
         run.tick(100.0 + run.assembler.limits.retention_seconds + 1)
         assert call.key not in run.assembler.calls
+        # control facts are swept once a minute (a full pass): the turn goes at the next sweep
+        run.tick(100.0 + run.assembler.limits.retention_seconds + 60)
         assert run.assembler.control.turns == {}
 
     def test_keys_are_full_tuples(self) -> None:
