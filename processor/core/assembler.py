@@ -67,7 +67,13 @@ from processor.core.control import (
     tool_state_key,
     turn_state_key,
 )
-from processor.core.errors import AssemblyError, DuplicateConflict, RecordRejected, SequenceGap
+from processor.core.errors import (
+    AssemblyError,
+    CorruptState,
+    DuplicateConflict,
+    RecordRejected,
+    SequenceGap,
+)
 from processor.core.events import (
     AuditOutcome,
     CallConfirmed,
@@ -929,7 +935,20 @@ class Assembler:
         return self.control.snapshot_entry(key)
 
     def restore(self, key: str, value: bytes | None) -> None:
-        """Apply one changelog record (the last one per key wins, as in a compacted topic)."""
+        """Apply one changelog record (the last one per key wins, as in a compacted topic).
+
+        Raises :class:`CorruptState` (naming the key's kind, never its value) for a record it
+        cannot read back; nothing of it is applied.
+        """
+        try:
+            self._restore(key, value)
+        except CorruptState:
+            raise
+        except Exception as exc:
+            kind = key.partition(":")[0][:16] if ":" in key else "(no kind)"
+            raise CorruptState(detail=f"{kind} record: {type(exc).__name__}") from None
+
+    def _restore(self, key: str, value: bytes | None) -> None:
         data = decode_state_value(value) if value is not None else None
         if key.startswith("text:"):
             call_key, position = _parse_text_key(key)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler
+from processor.core.errors import CorruptState
 from processor.runtime.clients import committed_reader, read_to_end
 from processor.settings import Settings
 
@@ -68,8 +69,15 @@ async def restore_partition(
         nonlocal records
         if record.offset >= end:
             return  # written after the end we measured (cannot happen once fenced)
-        key = record.key.decode("utf-8") if record.key is not None else ""
-        assembler.restore(key, record.value)
+        try:
+            key = record.key.decode("utf-8") if record.key is not None else ""
+            assembler.restore(key, record.value)
+        except (UnicodeDecodeError, CorruptState) as exc:
+            detail = exc.detail if isinstance(exc, CorruptState) else "key is not UTF-8"
+            raise CorruptState(
+                detail=f"changelog {changelog} partition {partition} offset {record.offset}: "
+                f"{detail}"
+            ) from None
         records += 1
 
     try:
