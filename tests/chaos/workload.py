@@ -329,28 +329,18 @@ class Driver:
 
     async def _decide(self, proposal: dict[str, Any], *, confirm: bool) -> None:
         assert self._control is not None
-        fields = {k: proposal[k] for k in ("tenant", "turn_id", "response_id", "item_id")}
-        event: CallConfirmed | CallDenied
-        if confirm:
-            event = CallConfirmed(
-                command_id=f"chaos-confirm-{proposal['call_id']}",
-                issued_by="gateway",
-                issued_at=time.time(),
-                call_id=proposal["call_id"],
-                actor=ACTOR,
-                args_digest=proposal["args_digest"],
-                **fields,
-            )
-        else:
-            event = CallDenied(
-                command_id=f"chaos-deny-{proposal['call_id']}",
-                issued_by="gateway",
-                issued_at=time.time(),
-                call_id=proposal["call_id"],
-                actor=ACTOR,
-                args_digest=proposal["args_digest"],
-                **fields,
-            )
+        fields = {
+            k: proposal[k] for k in ("tenant", "turn_id", "response_id", "item_id", "call_id")
+        }
+        kind: type[CallConfirmed] | type[CallDenied] = CallConfirmed if confirm else CallDenied
+        event = kind(
+            command_id=f"chaos-{'confirm' if confirm else 'deny'}-{proposal['call_id']}",
+            issued_by="gateway",
+            issued_at=time.time(),
+            actor=ACTOR,
+            args_digest=proposal["args_digest"],
+            **fields,
+        )
         await asyncio.wait_for(self._control.write(event), 60)
 
     async def _turn(self, turn: Turn) -> None:
