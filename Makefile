@@ -72,7 +72,7 @@ fuzz: $(STAMP)
 
 ## Long chaos runs: each seed starts a broker of its own, 2,000 turns over 150 s, 7 faults
 ## (SIGKILL, SIGTERM, SIGSTOP of workers, kill -9 of the broker). A short run is in `make test`.
-SEEDS ?= 1 2 3 4 5
+SEEDS ?= 1 2 3 4 5 21
 CHAOS_DIR ?= /tmp/chaos
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos --seed $(SEEDS) --workdir $(CHAOS_DIR) --json $(CHAOS_DIR)/runs.jsonl
