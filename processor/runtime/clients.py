@@ -178,20 +178,28 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+class ProducerDiscarded(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
+    """What the batches of a producer dropped by :func:`discard_producer` fail with."""
+
+    def __init__(self) -> None:
+        super().__init__("producer discarded after a failed transaction")
+
+
 def ignore_fenced_leftovers(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """A loop exception handler: a fenced producer's internal futures are not errors.
 
     When a transactional producer is fenced, aiokafka fails its sender task and, with it, every
-    internal waiter it holds (batch drain waiters, the transaction waiter). The worker has
+    internal waiter it holds (batch drain waiters, the transaction waiter); a producer we
+    discard after a failed transaction fails them with :class:`ProducerDiscarded`. The worker has
     already handled the fence through the failed commit (the partition is rebuilt and a new
     producer fences the old one), and it discards that producer; the waiters nobody awaits are
     then reported by asyncio as "Future exception was never retrieved" at garbage collection.
     Those, and only those, are logged at debug level; everything else goes to the default handler.
     """
     if context.get("message") == "Future exception was never retrieved" and isinstance(
-        context.get("exception"), ProducerFenced
+        context.get("exception"), ProducerFenced | ProducerDiscarded
     ):
-        _log.debug("a fenced producer's internal future was dropped (the fence was handled)")
+        _log.debug("a failed producer's internal future was dropped (the failure was handled)")
         return
     loop.default_exception_handler(context)
 
@@ -222,6 +230,6 @@ async def discard_producer(producer: AIOKafkaProducer) -> None:
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
-    producer._message_accumulator.fail_all(KafkaError("producer discarded after a failure"))
+    producer._message_accumulator.fail_all(ProducerDiscarded())
     with contextlib.suppress(Exception):
         await asyncio.wait_for(producer.client.close(), 5)

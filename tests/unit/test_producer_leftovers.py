@@ -12,7 +12,11 @@ from typing import Any
 
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
-from processor.runtime.clients import ignore_fenced_leftovers, settle_unawaited
+from processor.runtime.clients import (
+    ProducerDiscarded,
+    ignore_fenced_leftovers,
+    settle_unawaited,
+)
 
 
 def _reports(body: Any) -> list[dict[str, Any]]:
@@ -66,6 +70,7 @@ def test_the_loop_handler_drops_only_a_fenced_producers_futures() -> None:
     try:
         never = "Future exception was never retrieved"
         ignore_fenced_leftovers(loop, {"message": never, "exception": ProducerFenced()})
+        ignore_fenced_leftovers(loop, {"message": never, "exception": ProducerDiscarded()})
         assert forwarded == []
         other = {"message": never, "exception": KafkaConnectionError()}
         ignore_fenced_leftovers(loop, other)
