@@ -22,9 +22,10 @@ their chunks interleaved (a Chat Completions response streams its parallel calls
 other, so interleaving is across streams).
 
 Runs are interleaved (every round runs every workload through every contestant) and the median
-of the rounds is reported. A contestant whose run exceeds ``--budget`` seconds is stopped there
-and not run again on that workload: its figure is a lower bound (``>``), with the share of the
-deltas it got through. Per-delta re-parsers are quadratic; at 1 MB they would take minutes.
+of the rounds is reported. A peer whose run exceeds ``--budget`` seconds and five times the
+Assembler's time on that workload is stopped there and not run again on it: its figure is a
+lower bound (``>``), with the share of the deltas it got through. Per-delta re-parsers are
+quadratic; at 1 MB they would take minutes.
 
     .venv/bin/python bench/bench_core_peers.py [--repeat 5] [--budget 3] [--small]
 
@@ -330,7 +331,9 @@ def strings_prepare(w: Workload) -> list[tuple[tuple[int, int], str | None, bool
     return out
 
 
-def floor_run(items: list[tuple[tuple[int, int], str | None, bool]], deadline: float) -> tuple[float, int]:
+def floor_run(
+    items: list[tuple[tuple[int, int], str | None, bool]], deadline: float
+) -> tuple[float, int]:
     parts: dict[tuple[int, int], list[str]] = {}
     done = 0
     total = len(items)
@@ -590,19 +593,24 @@ def measure(repeat: int, budget: float, small: bool) -> dict[str, Any]:
     stopped: dict[tuple[str, str], tuple[float, float]] = {}  # (seconds, share done)
     for _ in range(repeat):
         for w in loads:
+            ours = float("inf")
             for c in people:
                 key = (w.name, c.name)
                 if key in stopped:
                     continue
                 started = time.perf_counter()
                 try:
-                    # the project's own path and the floor always run to the end
-                    deadline = started + budget if c.peer else float("inf")
+                    # the project's own path and the floor always run to the end; a peer runs
+                    # for --budget seconds or 5x the Assembler's time, whichever is longer, so
+                    # a stopped peer is at least 5x behind
+                    deadline = started + max(budget, 5 * ours) if c.peer else float("inf")
                     _, calls = c.run(inputs[key], deadline)
                 except Stopped as stop:
                     stopped[key] = (time.perf_counter() - started, stop.done)
                     continue
                 elapsed = time.perf_counter() - started
+                if c.name == "assembler":
+                    ours = elapsed
                 if calls != len(w.calls):
                     raise AssertionError(f"{c.name} on {w.name}: {calls} of {len(w.calls)} calls")
                 times[key].append(elapsed)
@@ -624,7 +632,9 @@ def measure(repeat: int, budget: float, small: bool) -> dict[str, Any]:
                 seconds, share = stopped[key]
                 row.update(stopped=True, seconds=seconds, share_done=share, runs=0)
             else:
-                row.update(stopped=False, seconds=statistics.median(times[key]), runs=len(times[key]))
+                row.update(
+                    stopped=False, seconds=statistics.median(times[key]), runs=len(times[key])
+                )
                 row["runs_seconds"] = times[key]
             row["ratio_vs_assembler"] = row["seconds"] / ours
             rows.append(row)
@@ -666,7 +676,8 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["reparsers_100kb"] = {
             "met": worst >= 10,
             "figure": worst,
-            "detail": "smallest re-parser/assembler ratio at 100 KB" + (" (lower bound)" if lower else ""),
+            "detail": "smallest re-parser/assembler ratio at 100 KB"
+            + (" (lower bound)" if lower else ""),
         }
     else:
         out["reparsers_100kb"] = {"met": None, "figure": None, "detail": "not measured"}
