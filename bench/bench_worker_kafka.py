@@ -402,6 +402,8 @@ async def passthrough(prefix: str, partitions: int, group: str, out: str, name: 
         auto_offset_reset="earliest",
         partition_assignment_strategy=(RangePartitionAssignor,),
         max_poll_records=settings.batch_max_records,
+        max_partition_fetch_bytes=max(1024 * 1024, settings.max_message_bytes),
+        fetch_max_wait_ms=settings.poll_timeout_ms,  # as the worker's consumer
         session_timeout_ms=6000,
         heartbeat_interval_ms=1000,
         **settings.kafka_client_kwargs(),
