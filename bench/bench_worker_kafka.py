@@ -2,7 +2,7 @@
 
 Throughput. A backlog is pre-loaded (``--calls`` calls, default 20,000, each in its own turn:
 ``turn.started`` on control; ``call.started``, three deltas, ``call.ended`` and
-``response.ended`` on fragments, so ~6 events a call; ``--partitions`` 6). Then either
+``response.ended`` on fragments, so ~6 events a call; 200 tenants; ``--partitions`` 6). Then either
 ``processor worker`` (one, or two in the same group, as subprocesses configured by environment
 like the integration tests) or the pass-through consumes it. The pass-through
 (``bench_worker_kafka.py passthrough ...``, also a subprocess) has the worker's transaction
@@ -74,8 +74,11 @@ def arguments(n: int) -> str:
     return ARGS % ("harbour road " * 10 + str(n))  # ~200 bytes
 
 
-def call_records(n: int, tenant: str, ts: float | None = None) -> tuple[Any, list[Any]]:
-    turn = f"turn{n}"
+TENANTS = 200  # calls spread over tenants: a tenant holds at most 1,000 open calls a partition
+
+
+def call_records(n: int, prefix: str, ts: float | None = None) -> tuple[Any, list[Any]]:
+    tenant, turn = f"{prefix}{n % TENANTS}", f"turn{n}"
     return turn_started(tenant, turn), call_events(
         tenant, turn, f"call{n}", arguments(n), pieces=3, ts=ts
     )
@@ -135,6 +138,7 @@ class Tail:
             group_id=None,
             isolation_level="read_committed",
             enable_auto_commit=False,
+            fetch_max_wait_ms=50,
             **self.settings.kafka_client_kwargs(),
         )
         await self._consumer.start()
