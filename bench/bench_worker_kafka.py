@@ -188,6 +188,15 @@ class Tail:
         return (hi - lo) / (self.times[hi] - self.times[lo])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (Linux /proc), 0 when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def dispatch_count_topic(rt: Runtime) -> str:
     return rt.topics.output("dispatch")
 
@@ -275,6 +284,8 @@ async def throughput_run(kind: str, calls: int, partitions: int, timeout: float)
             await tail.wait_count(total, timeout, alive)
             elapsed = time.perf_counter() - started
             rate = tail.rate(total)
+            pids = [p.pid for p in procs] + [w.proc.pid for w in workers]
+            cpu = sum(cpu_seconds(pid) for pid in pids)
         except TimeoutError:
             for w in workers:
                 print(w.log()[-3000:], file=sys.stderr)
@@ -297,6 +308,7 @@ async def throughput_run(kind: str, calls: int, partitions: int, timeout: float)
             "events": events,
             "records_counted": total,
             "wall_seconds": elapsed,
+            "consumer_cpu_seconds": cpu,  # user + system of the worker(s) / pass-through
             "calls_per_second": calls_per_s,
             "events_per_second": calls_per_s * (events + calls) / calls,
         }
@@ -475,7 +487,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             runs[kind].append(result)
             print(
                 f"  {kind}: {result['calls_per_second']:.0f} calls/s "
-                f"(wall {result['wall_seconds']:.1f} s from start)",
+                f"(wall {result['wall_seconds']:.1f} s from start, "
+                f"consumer CPU {result['consumer_cpu_seconds']:.1f} s)",
                 file=sys.stderr,
             )
     medians = {k: statistics.median(r["calls_per_second"] for r in rs) for k, rs in runs.items()}
@@ -520,12 +533,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"Backlog of {result['calls']:,} calls over {result['partitions']} partitions; "
         f"median of {result['repeat']} runs (calls/s between 5 % and 95 % visible).",
         "",
-        "| consumer | calls/s (median) | runs |",
-        "|---|---|---|",
+        "| consumer | calls/s (median) | runs | wall s, start to all visible | consumer CPU s |",
+        "|---|---|---|---|---|",
     ]
     for kind, value in m.items():
-        runs = ", ".join(f"{r['calls_per_second']:.0f}" for r in t["runs"][kind])
-        lines.append(f"| {kind} | {value:.0f} | {runs} |")
+        rs = t["runs"].get(kind, [])
+        runs = ", ".join(f"{r['calls_per_second']:.0f}" for r in rs)
+        walls = ", ".join(f"{r['wall_seconds']:.1f}" for r in rs)
+        cpus = ", ".join(f"{r.get('consumer_cpu_seconds', 0.0):.1f}" for r in rs)
+        lines.append(f"| {kind} | {value:.0f} | {runs} | {walls} | {cpus} |")
     ok = "yes" if t["met"] else "**NO**"
     lines += [
         "",

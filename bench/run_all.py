@@ -139,7 +139,7 @@ SECTIONS = [
         "attack",
         "Memory under attack",
         "bench_attack_memory.py",
-        [],
+        ["--scale", "10"],  # as in docs/reliability.md; whole, one scenario needs ~3 GiB
         None,
         render=_verbatim,
         intro="See docs/reliability.md for what each scenario does.",
