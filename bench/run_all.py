@@ -187,7 +187,12 @@ def run_section(section: Section, smoke: bool, results: Path) -> tuple[str, dict
     seconds = time.perf_counter() - started
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr[-5000:])
-    summary: dict[str, Any] = {"command": shown, "seconds": seconds, "status": done.returncode}
+    summary: dict[str, Any] = {
+        "command": shown,
+        "seconds": seconds,
+        "status": done.returncode,
+        "stdout": done.stdout,
+    }
     lines = [f"## {section.title}", ""]
     if section.intro:
         lines += [section.intro, ""]
@@ -225,6 +230,22 @@ def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
                 f"| worker: p99 latency <= 1.5x the pass-through's | "
                 f"{lat['ratio_p99_worker_vs_passthrough']:.2f} | "
                 f"{'yes' if lat['met'] else '**NO**'} |"
+            )
+    cli = summaries.get("cli", {})
+    if cli.get("status") == 0:
+        # lines "<command> <best>s <median>s  ok|OVER" (bench_cli_start.py)
+        found = [
+            line.rsplit(None, 3)
+            for line in cli["stdout"].splitlines()
+            if line.startswith("processor") and line.rstrip().endswith(("ok", "OVER"))
+        ]
+        if found:
+            worst = max(found, key=lambda f: float(f[1].rstrip("s")))
+            met = all(f[3] == "ok" for f in found)
+            rows.append(
+                f"| CLI: `--help` and the offline commands start in <= 0.3 s (best of the runs) | "
+                f"slowest: {worst[0].strip()} {worst[1]} (median {worst[2]}) | "
+                f"{'yes' if met else '**NO**'} |"
             )
     return rows
 
