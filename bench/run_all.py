@@ -70,6 +70,11 @@ def _as_is(stdout: str, result: dict[str, Any] | None) -> str:
     return stdout.strip()
 
 
+def _table_only(stdout: str, result: dict[str, Any] | None) -> str:
+    """The markdown table a script prints after its progress lines."""
+    return "\n".join(line for line in stdout.splitlines() if line.startswith("|"))
+
+
 SECTIONS = [
     Section(
         "core",
@@ -141,7 +146,7 @@ SECTIONS = [
         "bench_attack_memory.py",
         ["--scale", "10"],  # as in docs/reliability.md; whole, one scenario needs ~3 GiB
         None,
-        render=_verbatim,
+        render=_table_only,
         intro="See docs/reliability.md for what each scenario does.",
     ),
 ]
