@@ -61,8 +61,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit tests/adapters
 
+## Every benchmark (tens of minutes; the worker's on a real broker) → docs/benchmarks.md.
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	@export KAFKA_BOOTSTRAP_SERVERS="$${KAFKA_BOOTSTRAP_SERVERS:-$$(scripts/kafka-local start | tail -n 1)}"; \
+	echo "Kafka at $$KAFKA_BOOTSTRAP_SERVERS"; \
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 ## The long fuzz run: every target for DURATION seconds with SEED (a short run is in `make test`).
 SEED ?= 0

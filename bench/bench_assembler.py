@@ -19,7 +19,15 @@ from typing import Any
 import orjson
 
 from processor.core.assembler import Assembler
-from processor.core.events import CallDelta, CallEnded, CallStarted, Dispatch, TurnStarted
+from processor.core.events import (
+    CallDelta,
+    CallEnded,
+    CallStarted,
+    Dispatch,
+    ResponseEnded,
+    ResponseStatus,
+    TurnStarted,
+)
 from processor.core.policy import Limits
 from processor.core.registry import Registry
 
@@ -61,6 +69,9 @@ def events(text: str) -> list[Any]:
     pieces = [text[i : i + DELTA] for i in range(0, len(text), DELTA)]
     out += [CallDelta(event_id=f"e{n}", seq=n, delta=p, **common) for n, p in enumerate(pieces, 1)]
     out.append(CallEnded(event_id="end", seq=len(pieces) + 1, terminal_event_id="T", **common))
+    # a call acts once its response completed (response gating)
+    response = {k: common[k] for k in ("tenant", "turn_id", "response_id", "provider", "ts")}
+    out.append(ResponseEnded(event_id="rend", status=ResponseStatus.COMPLETED, **response))
     return out
 
 
@@ -89,7 +100,7 @@ def main() -> None:
         nbytes[label] = len(text.encode())
         mb = nbytes[label] / 1e6
         print(
-            f"{label:>6}: {len(evs) - 3:>6} deltas, best {best[label] * 1000:8.1f} ms, {mb / best[label]:6.2f} MB/s"
+            f"{label:>6}: {len(evs) - 4:>6} deltas, best {best[label] * 1000:8.1f} ms, {mb / best[label]:6.2f} MB/s"
         )
     ratio = best["1MB"] / best["100KB"]
     size_ratio = nbytes["1MB"] / nbytes["100KB"]

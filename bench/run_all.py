@@ -1,16 +1,331 @@
-"""Run every benchmark in this folder, one after another, in one process each."""
+"""Run every benchmark and write docs/benchmarks.md (``make bench``).
+
+Each benchmark runs in a process of its own, one after another. The page gets the machine's
+facts, the command of each section, its figures (medians, ratios) and, for each target of
+issue 11, whether it is met, with the reason when it is not.
+
+    .venv/bin/python bench/run_all.py                 # everything, full scale (tens of minutes)
+    .venv/bin/python bench/run_all.py --only core     # some sections (core, worker, cli, gating,
+                                                      # assembler, jsonscan, attack)
+    .venv/bin/python bench/run_all.py --smoke --doc /tmp/b.md --results /tmp/r
+                                                      # minimal scale: what ``make test`` runs
+
+The Kafka section needs the broker at ``KAFKA_BOOTSTRAP_SERVERS`` (default 127.0.0.1:9092).
+"""
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import importlib
+import json
+import os
+import platform
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+sys.path.insert(0, str(HERE))
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    script: str
+    full: list[str]
+    smoke: list[str] | None  # None: not run in a smoke run
+    results: str | None = None  # the JSON file the script writes (named by --out/--results)
+    out_flag: str | None = None
+    render: Callable[[str, dict[str, Any] | None], str] | None = None
+    intro: str = ""
+
+
+def _module(name: str) -> Any:
+    return importlib.import_module(name)
+
+
+def _core(stdout: str, result: dict[str, Any] | None) -> str:
+    assert result is not None
+    return str(_module("bench_core_peers").markdown(result))
+
+
+def _worker(stdout: str, result: dict[str, Any] | None) -> str:
+    assert result is not None
+    return str(_module("bench_worker_kafka").markdown(result))
+
+
+def _verbatim(stdout: str, result: dict[str, Any] | None) -> str:
+    return "```\n" + stdout.strip() + "\n```"
+
+
+def _as_is(stdout: str, result: dict[str, Any] | None) -> str:
+    return stdout.strip()
+
+
+def _table_only(stdout: str, result: dict[str, Any] | None) -> str:
+    """The markdown table a script prints after its progress lines."""
+    return "\n".join(line for line in stdout.splitlines() if line.startswith("|"))
+
+
+SECTIONS = [
+    Section(
+        "core",
+        "Core, no Kafka: the Assembler against peer accumulators",
+        "bench_core_peers.py",
+        ["--repeat", "5"],
+        ["--small", "--repeat", "1"],
+        "core_peers.json",
+        "--out",
+        _core,
+        "Chat Completions style deltas (4-32 characters) through the Assembler with schema "
+        "validation, the floor, openai-python's `ChatCompletionStreamState` (plain and with "
+        "strict pydantic tools), LangChain `AIMessageChunk` merging, and per-delta re-parsing "
+        "with partial-json-parser and jiter (see the script's docstring for what each does).",
+    ),
+    Section(
+        "worker",
+        "Worker on the real broker: throughput and latency against a raw pass-through",
+        "bench_worker_kafka.py",
+        ["--calls", "20000", "--repeat", "3", "--latency-seconds", "20"],
+        ["--calls", "150", "--repeat", "1", "--latency-seconds", "2", "--timeout", "120"],
+        "worker_kafka.json",
+        "--results",
+        _worker,
+        "`processor worker` (subprocesses, one and two in a group) consuming a pre-loaded "
+        "backlog, against an aiokafka consume-transform-produce pass-through with the same "
+        "transaction shape (read_committed, one transaction per batch and partition through "
+        "the worker's own commit step, offsets sent in the transaction).",
+    ),
+    Section(
+        "cli",
+        "CLI start",
+        "bench_cli_start.py",
+        ["--repeat", "7"],
+        ["--repeat", "1"],
+        render=_verbatim,
+        intro="Wall time of fresh `processor` processes; target 0.3 s.",
+    ),
+    Section(
+        "gating",
+        "Gating delay",
+        "bench_gating_delay.py",
+        [],
+        None,  # writes bench/results/gating_delay.json; the smoke test calls it in-process
+        render=_as_is,
+        intro="How long response gating holds a call on the recorded provider streams, in "
+        "provider events and body bytes (wall time is how long the provider takes to send "
+        "them).",
+    ),
+    Section(
+        "assembler",
+        "Assembler cost per byte (100 KB vs 1 MB)",
+        "bench_assembler.py",
+        [],
+        None,
+        render=_verbatim,
+    ),
+    Section(
+        "jsonscan",
+        "Incremental JSON scanner",
+        "bench_jsonscan.py",
+        [],
+        None,
+        render=_verbatim,
+    ),
+    Section(
+        "attack",
+        "Memory under attack",
+        "bench_attack_memory.py",
+        ["--scale", "10"],  # as in docs/reliability.md; whole, one scenario needs ~3 GiB
+        None,
+        render=_table_only,
+        intro="See docs/reliability.md for what each scenario does.",
+    ),
+]
+
+
+def machine() -> list[str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return [
+        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; commit {commit or '?'}",
+        f"- CPUs (nproc): {os.cpu_count()}; CPU model: {cpu}",
+        f"- Python {platform.python_version()} ({platform.python_implementation()}), "
+        f"{platform.system()} {platform.machine()}",
+        "- a shared, noisy machine: compare the ratios, not the absolute figures",
+    ]
+
+
+def run_section(
+    section: Section, smoke: bool, results: Path, reuse: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """Run one benchmark; returns its markdown and a summary (command, seconds, status).
+
+    ``reuse``: do not run it, render the results JSON an earlier run of the same command left.
+    """
+    args = list(section.smoke if smoke and section.smoke is not None else section.full)
+    out_path = None
+    if section.results is not None and section.out_flag is not None:
+        out_path = results / section.results
+        args += [section.out_flag, str(out_path)]
+    command = [sys.executable, str(HERE / section.script), *args]
+    shown = " ".join(["python", f"bench/{section.script}", *args[: len(args) - 2 * bool(out_path)]])
+    if reuse and out_path is not None and out_path.exists():
+        result = json.loads(out_path.read_text())
+        when = datetime.datetime.fromtimestamp(out_path.stat().st_mtime, datetime.UTC)
+        lines = [f"## {section.title}", ""]
+        if section.intro:
+            lines += [section.intro, ""]
+        lines += [
+            f"Command: `{shown}` (figures of its run that ended {when:%Y-%m-%d %H:%M} UTC, "
+            f"`bench/results/{out_path.name}`, rendered again)",
+            "",
+        ]
+        assert section.render is not None
+        lines.append(section.render("", result))
+        return "\n".join(lines), {"command": shown, "status": 0, "stdout": "", "result": result}
+    print(f"== {section.script} {' '.join(args)}", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr[-5000:])
+    summary: dict[str, Any] = {
+        "command": shown,
+        "seconds": seconds,
+        "status": done.returncode,
+        "stdout": done.stdout,
+    }
+    lines = [f"## {section.title}", ""]
+    if section.intro:
+        lines += [section.intro, ""]
+    lines += [f"Command: `{shown}` ({seconds:.0f} s)", ""]
+    if done.returncode != 0:
+        lines += [f"**Failed** (exit {done.returncode}):", "", "```", done.stderr[-3000:], "```"]
+        return "\n".join(lines), summary
+    result = json.loads(out_path.read_text()) if out_path is not None else None
+    summary["result"] = result
+    assert section.render is not None
+    lines.append(section.render(done.stdout, result))
+    return "\n".join(lines), summary
+
+
+def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
+    """The issue's targets, met or not, from the sections that ran."""
+    rows = ["| target | figure | met |", "|---|---|---|"]
+    core = summaries.get("core", {}).get("result")
+    if core:
+        names = _module("bench_core_peers").TARGETS
+        for name, v in core["targets"].items():
+            figure = "n/a" if v["figure"] is None else f"{v['figure']:.2f}"
+            met = {True: "yes", False: "**NO**", None: "not measured"}[v["met"]]
+            rows.append(f"| core: {names[name]} | {figure} | {met} |")
+    worker = summaries.get("worker", {}).get("result")
+    if worker:
+        t = _module("bench_worker_kafka").summarize(worker["throughput"]["runs"])
+        rows.append(
+            f"| worker: throughput >= 0.7x the pass-through | "
+            f"{t['ratio_worker_vs_passthrough']:.2f} | {'yes' if t['met'] else '**NO**'} |"
+        )
+        if "latency" in worker:
+            lat = worker["latency"]
+            rows.append(
+                f"| worker: p99 latency <= 1.5x the pass-through's | "
+                f"{lat['ratio_p99_worker_vs_passthrough']:.2f} | "
+                f"{'yes' if lat['met'] else '**NO**'} |"
+            )
+    cli = summaries.get("cli", {})
+    if cli.get("status") == 0:
+        # lines "<command> <best>s <median>s  ok|OVER" (bench_cli_start.py)
+        found = [
+            line.rsplit(None, 3)
+            for line in cli["stdout"].splitlines()
+            if line.startswith("processor") and line.rstrip().endswith(("ok", "OVER"))
+        ]
+        if found:
+            worst = max(found, key=lambda f: float(f[1].rstrip("s")))
+            met = all(f[3] == "ok" for f in found)
+            rows.append(
+                f"| CLI: `--help` and the offline commands start in <= 0.3 s (best of the runs) | "
+                f"slowest: {worst[0].strip()} {worst[1]} (median {worst[2]}) | "
+                f"{'yes' if met else '**NO**'} |"
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="every benchmark at minimal scale")
+    parser.add_argument("--only", default="", help="comma-separated section keys")
+    parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--notes", type=Path, default=HERE / "benchmarks_notes.md")
+    parser.add_argument(
+        "--reuse",
+        default="",
+        help="comma-separated section keys rendered from their last results JSON, not re-run",
+    )
+    args = parser.parse_args(argv)
+    wanted = {k.strip() for k in args.only.split(",") if k.strip()}
+    args.results.mkdir(parents=True, exist_ok=True)
+    parts: list[str] = []
+    summaries: dict[str, dict[str, Any]] = {}
+    status = 0
+    for section in SECTIONS:
+        if wanted and section.key not in wanted:
+            continue
+        if args.smoke and section.smoke is None:
+            continue
+        reuse = section.key in {k.strip() for k in args.reuse.split(",")}
+        text, summary = run_section(section, args.smoke, args.results, reuse)
+        parts.append(text)
+        summaries[section.key] = summary
+        status |= summary["status"]
+    page = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`python bench/run_all.py`); every figure below comes from "
+        "the run described here."
+        + (" **Smoke run: minimal scale, not figures.**" if args.smoke else ""),
+        "",
+        "## Machine",
+        "",
+        *machine(),
+        "",
+        "## Targets (issue 11)",
+        "",
+        *verdicts(summaries),
+        "",
+    ]
+    if args.notes.exists():
+        page += [args.notes.read_text().strip(), ""]
+    page += ["\n\n".join(parts), ""]
+    args.doc.parent.mkdir(parents=True, exist_ok=True)
+    args.doc.write_text("\n".join(page))
+    print(f"wrote {args.doc}")
+    return status
+
 
 if __name__ == "__main__":
-    status = 0
-    for script in sorted(HERE.glob("bench_*.py")):
-        print(f"== {script.name}", flush=True)
-        status |= subprocess.run([sys.executable, str(script)], check=False).returncode
-    sys.exit(status)
+    sys.exit(main())

@@ -98,9 +98,9 @@ from processor.core.events import (
     UserState,
     decode_input,
     decode_key,
-    encode_key,
     event_time,
     stable_id,
+    trusted_call_key,
 )
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits, permission
@@ -449,7 +449,7 @@ class Assembler:
         if outcome is DeltaOutcome.DUPLICATE:
             self.duplicate_deltas += 1
         else:
-            self._mark(_text_key(buf.key, event.seq))
+            self._mark(_text_key(buf, event.seq))
         if buf.state is CallState.ABSENT:
             buf.fire(Trigger.DELTA)
 
@@ -615,7 +615,7 @@ class Assembler:
     ) -> None:
         assert buf.arguments is not None and buf.args_digest is not None
         assert buf.tool_name is not None and buf.terminal_event_id is not None
-        buf.dispatch_id = stable_id("dispatch", buf.key.encoded(), buf.terminal_event_id)
+        buf.dispatch_id = stable_id("dispatch", buf.encoded_key, buf.terminal_event_id)
         out.append(outputs.dispatch(buf, confirmation, now))
         self._terminate(buf, TerminalReason.DISPATCHED, now, out)
 
@@ -866,14 +866,14 @@ class Assembler:
         out.append(outputs.terminal_status(buf, now))
 
     def _touch(self, buf: CallBuffer) -> None:
-        self._mark("call:" + buf.key.encoded())
+        self._mark("call:" + buf.encoded_key)
 
     def _drop_text(self, buf: CallBuffer) -> None:
         self._mark_texts(buf, buf.drop_text())
 
     def _mark_texts(self, buf: CallBuffer, positions: Iterable[int]) -> None:
         for position in positions:
-            self._mark(_text_key(buf.key, position))
+            self._mark(_text_key(buf, position))
 
     def _mark(self, key: str) -> None:
         self._dirty.add(key)
@@ -983,8 +983,13 @@ class Assembler:
 # ====================================================================== helpers
 
 
-def _text_key(key: CallKey, position: int) -> str:
-    return "text:" + encode_key((*key.as_tuple, position))
+def _text_key(buf: CallBuffer, position: int) -> str:
+    """``"text:" + encode_key((*key, position))``, from the buffer's cached encoded key.
+
+    Both forms of :func:`encode_key` end with ``]`` and write an int part as its digits, so
+    appending the position to the encoded key gives the same text.
+    """
+    return f"text:{buf.encoded_key[:-1]},{position}]"
 
 
 def _parse_text_key(key: str) -> tuple[CallKey, int]:
@@ -1009,7 +1014,7 @@ def _later(a: int | None, b: int | None) -> int | None:
 
 def _restored_key(t: str, u: str, r: str, i: str, c: str) -> CallKey:
     """A call key read back from the changelog: it was validated when first seen."""
-    return CallKey.model_construct(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c)
+    return trusted_call_key(t, u, r, i, c)
 
 
 _ERROR_REASON = {

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from processor.core.errors import DuplicateConflict, LimitExceeded, MalformedJson, SequenceGap
-from processor.core.events import CallKey
+from processor.core.events import CallKey, trusted_call_key
 from processor.core.jsonscan import JsonSyntaxScanner
 from processor.core.states import CallState, TerminalReason, Trigger, next_state
 
@@ -68,6 +68,14 @@ class CallBuffer:
     validation_result: str | None = None
     ended_at: float | None = None
     counted: bool = field(default=False, compare=False)  # held against the open-buffer limits
+    _encoded_key: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def encoded_key(self) -> str:
+        """``key.encoded()``, computed once (state keys and ids use it on every delta)."""
+        if self._encoded_key is None:
+            self._encoded_key = self.key.encoded()
+        return self._encoded_key
 
     # -- transitions ---------------------------------------------------------------------
 
@@ -192,8 +200,7 @@ class CallBuffer:
     def from_snapshot(cls, data: dict[str, Any]) -> CallBuffer:
         t, u, r, i, c = data["key"]
         # validated when the call was first seen; the changelog gives it back as it was
-        key = CallKey.model_construct(tenant=t, turn_id=u, response_id=r, item_id=i, call_id=c)
-        buf = cls(key=key)
+        buf = cls(key=trusted_call_key(t, u, r, i, c))
         buf.state = CallState(data["state"])
         for name in cls._FACTS:
             setattr(buf, name, data.get(name))

@@ -104,7 +104,7 @@ def proposal(buf: CallBuffer, now: float) -> Proposal:
     assert buf.expires_at is not None
     return Proposal(
         **key_fields(buf.key),
-        proposal_id=stable_id("proposal", buf.key.encoded(), buf.args_digest),
+        proposal_id=stable_id("proposal", buf.encoded_key, buf.args_digest),
         tool=buf.tool_name or "",
         tool_version=buf.tool_version or "",
         arguments=buf.arguments,
@@ -118,7 +118,7 @@ def proposal(buf: CallBuffer, now: float) -> Proposal:
 def status(buf: CallBuffer, state: UserState, retry: bool, message: str, now: float) -> Status:
     return Status(
         **key_fields(buf.key),
-        status_id=stable_id("status", buf.key.encoded(), state.value),
+        status_id=stable_id("status", buf.encoded_key, state.value),
         tool=buf.tool_name or buf.tool,
         state=state,
         retry_possible=retry,
@@ -143,7 +143,7 @@ def ledger(buf: CallBuffer, now: float) -> Ledger:
     dispatched = buf.state is CallState.DISPATCHED
     return Ledger(
         **key_fields(buf.key),
-        ledger_id=stable_id("ledger", buf.key.encoded()),
+        ledger_id=stable_id("ledger", buf.encoded_key),
         tool=buf.tool_name or buf.tool,
         tool_version=buf.tool_version,
         alias_used=buf.alias_used,

@@ -163,6 +163,10 @@ class Worker:
             max_poll_interval_ms=s.max_poll_interval_ms,
             max_poll_records=s.batch_max_records,
             max_partition_fetch_bytes=max(1024 * 1024, s.max_message_bytes),
+            # a fetch of caught-up partitions (control, mostly) is held by the broker this long,
+            # and aiokafka sends no other fetch to that broker meanwhile: at the default 500 ms
+            # a backlog of fragments was read at ~1,000 records/s (bench_worker_kafka.py)
+            fetch_max_wait_ms=s.poll_timeout_ms,
             **s.kafka_client_kwargs(),
         )
 

@@ -1,0 +1,73 @@
+"""Smoke runs of the core benchmarks at minimal scale: they run and give well-formed results.
+
+No timing is asserted (speed targets live in bench/ and docs/benchmarks.md); what is checked is
+that every contestant ran the same workloads to the end (the bench itself fails if one of them
+does not return every call), that the peers of the bench extra are installed, and that
+``bench/run_all.py`` writes a page with the machine, the targets and each section.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+PEERS = {"openai", "openai-strict", "langchain", "partial-json-parser", "jiter-partial"}
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_core_peers_runs_every_contestant_on_every_workload(tmp_path: Path) -> None:
+    bench = load("bench_core_peers")
+    out = tmp_path / "core.json"
+    result = bench.main(["--small", "--repeat", "1", "--out", str(out)])
+    assert out.exists()
+    rows = result["rows"]
+    workloads = {r["workload"] for r in rows}
+    assert workloads == {"1KB", "10KB", "40 x 200B"}
+    names = {r["contestant"] for r in rows}
+    assert names == {"assembler", "floor"} | PEERS  # the bench extra is installed with dev
+    for row in rows:
+        assert row["seconds"] > 0 and math.isfinite(row["ratio_vs_assembler"])
+        assert row["stopped"] or row["runs"] == 1
+        if not row["peer"]:
+            assert not row["stopped"]  # the project's path and the floor always finish
+    assert set(result["targets"]) == set(bench.TARGETS)
+    text = bench.markdown(result)
+    assert "| assembler |" in text and "| jiter-partial |" in text
+
+
+def test_cli_start_bench_times_every_command() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_cli_start.py"), "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for command in ("processor --help", "processor states", "processor schemas check"):
+        assert command in done.stdout
+
+
+def test_run_all_writes_the_page(tmp_path: Path) -> None:
+    run_all = load("run_all")
+    doc = tmp_path / "benchmarks.md"
+    status = run_all.main(
+        ["--smoke", "--only", "core,cli", "--doc", str(doc), "--results", str(tmp_path)]
+    )
+    assert status == 0
+    page = doc.read_text()
+    for heading in ("# Benchmarks", "## Machine", "## Targets (issue 11)", "## CLI start"):
+        assert heading in page
+    assert "## Core, no Kafka" in page and "Command: `python bench/bench_core_peers.py" in page
+    assert "nproc" in page and "Smoke run" in page
