@@ -120,9 +120,16 @@ SECTIONS = [
         [],
         None,  # writes bench/results/gating_delay.json; the smoke test calls it in-process
         render=_as_is,
-        intro="How long response gating holds a call on the recorded provider streams, in "
-        "provider events and body bytes (wall time is how long the provider takes to send "
-        "them).",
+        intro="How long response gating (issue 15) holds a call on the recorded provider "
+        "streams: every recording goes through its adapter and two Assemblers, one with every "
+        "tool `dispatch_on: response_end` (the default) and one with `call_end`, and the gap "
+        "between where each dispatches is given in provider events and body bytes (the "
+        "recordings carry no timestamps; in wall time it is how long the provider takes to "
+        "send those closing events). Chat Completions and Bedrock end a call with the response "
+        "(`finish_reason`, `messageStop`): gating costs nothing there. Anthropic and Responses "
+        "hold a call for the two closing events; Gemini until the chunk that carries "
+        "`finishReason`, in one recording 12 events (3.8 KB of text) later. A read-only tool "
+        "whose latency matters can opt out with `dispatch_on: call_end`.",
     ),
     Section(
         "assembler",
