@@ -938,7 +938,8 @@ class Assembler:
         """Apply one changelog record (the last one per key wins, as in a compacted topic).
 
         Raises :class:`CorruptState` (naming the key's kind, never its value) for a record it
-        cannot read back; nothing of it is applied.
+        cannot read back; the Assembler may then hold part of it and must be discarded (the
+        worker restores a fresh one in full on its next try).
         """
         try:
             self._restore(key, value)
