@@ -80,14 +80,21 @@ def run(calls: int, rate: float, batch: int) -> dict[str, Any]:
              "provider": "bench", "ts": now}  # fmt: skip
         c = {**b, "item_id": f"item-{i:09d}", "call_id": f"call_{i:09d}"}
         events = (
-            TurnStarted(command_id=f"bind-{i}", issued_by="gw", issued_at=now, tenant=tenant,
-                        turn_id=turn, actor="user-1"),  # fmt: skip
+            TurnStarted(
+                command_id=f"bind-{i}",
+                issued_by="gw",
+                issued_at=now,
+                tenant=tenant,
+                turn_id=turn,
+                actor="user-1",
+            ),
             CallStarted(**c, event_id=f"e{i}.s", tool="search_docs", actor="user-1"),
             CallDelta(**c, event_id=f"e{i}.1", seq=1, delta='{"query": "'),
             CallDelta(**c, event_id=f"e{i}.2", seq=2, delta=query + '", "limit": 10}'),
             CallEnded(**c, event_id=f"e{i}.e", seq=3, terminal_event_id=f"term-{i:09d}"),
-            ResponseEnded(**b, event_id=f"e{i}.r", status=ResponseStatus.COMPLETED,
-                          reason="stop"),  # fmt: skip
+            ResponseEnded(
+                **b, event_id=f"e{i}.r", status=ResponseStatus.COMPLETED, reason="stop"
+            ),
         )
         for event in events:
             inputs += 1

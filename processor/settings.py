@@ -63,6 +63,7 @@ class LimitsSettings(BaseModel):
     max_clock_skew_seconds: float = Field(default=Limits.max_clock_skew_seconds, ge=0)
     response_wait_seconds: float = Field(default=Limits.response_wait_seconds, gt=0)
     max_seen_commands: int = Field(default=Limits.max_seen_commands, gt=0)
+    max_inert_calls: int = Field(default=Limits.max_inert_calls, gt=0)
 
     def to_limits(self) -> Limits:
         return Limits(**self.model_dump())

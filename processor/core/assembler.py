@@ -95,6 +95,7 @@ from processor.core.events import (
     event_time,
     stable_id,
 )
+from processor.core.inert import CallTuple, InertCall, call_tuple
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits, permission
 from processor.core.registry import DispatchOn, Registry, ValidationContext
@@ -144,14 +145,19 @@ class Assembler:
         self.registry = registry
         self.limits = limits or Limits()
         self.verifier: CommandVerifier = verifier or AllowUnsigned()
-        self.calls: dict[CallKey, CallBuffer] = {}  # open and inert (until retention ends)
+        self.calls: dict[CallKey, CallBuffer] = {}  # not yet terminal
+        # terminal calls, compact (processor.core.inert), until retention or the count bound
+        self.inert: dict[CallTuple, InertCall] = {}
         self.control = ControlState()
         self._dirty: set[str] = set()
+        self._fresh: set[str] = set()  # text keys first written since the last drain
+        # fragment events older than this are stale: the count bound forgot calls ended before it
+        self._evicted_before = 0.0
         # indexes over the open buffers only, so no hot path walks the inert ones
         self._active: dict[CallKey, CallBuffer] = {}
         self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
         self._open_per_tenant: dict[str, int] = {}
-        self._ended: deque[tuple[float, CallKey]] = deque()  # in order of ended_at
+        self._ended: deque[tuple[float, CallTuple]] = deque()  # in order of ended_at
         self._ended_sorted = True
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
         # validated calls waiting for their response's end or for the control barrier
@@ -184,7 +190,10 @@ class Assembler:
             event = decode_input(payload, now=now, clock_skew=self.limits.max_clock_skew_seconds)
         except RecordRejected as exc:
             return [self.dead_letter(payload, source, exc.reason, exc.detail, now)]
-        if event_time(event) < now - self.limits.retention_seconds:
+        horizon = now - self.limits.retention_seconds
+        if isinstance(event, _FRAGMENT_EVENTS):
+            horizon = max(horizon, self._evicted_before)
+        if event_time(event) < horizon:
             detail = "older than the retention window; its state may have been forgotten"
             return [self.dead_letter(payload, source, "stale_event", detail, now)]
         return self.handle(event, now, record_time=record_time, barrier=barrier)
@@ -298,7 +307,20 @@ class Assembler:
 
     def call_state(self, key: CallKey) -> CallState:
         buf = self.calls.get(key)
-        return buf.state if buf else CallState.ABSENT
+        if buf is not None:
+            return buf.state
+        inert = self.inert.get(key.as_tuple)
+        return inert.state if inert else CallState.ABSENT
+
+    @property
+    def inert_calls(self) -> int:
+        """Terminal calls still remembered (absorbing their late events)."""
+        return len(self.inert)
+
+    @property
+    def evicted_before(self) -> float:
+        """Fragment events older than this are stale (0.0: the count bound never forgot)."""
+        return self._evicted_before
 
     # ================================================================== fragments
 
@@ -310,9 +332,12 @@ class Assembler:
         out: list[OutputRecord],
     ) -> None:
         key = event.key
+        if key.as_tuple in self.inert:
+            self.late_events += 1  # a replay of a call that is already terminal
+            return
         buf = self.calls.get(key)
         is_new = False
-        if buf is not None and (buf.state.absorbing or buf.state in _VALIDATED_STATES):
+        if buf is not None and buf.state in _VALIDATED_STATES:
             self.late_events += 1  # a replay of a call whose fragments are already complete
             return
         refusal = self.control.refusal(key.tenant, key.turn_id, key.response_id)
@@ -393,7 +418,10 @@ class Assembler:
         if outcome is DeltaOutcome.DUPLICATE:
             self.duplicate_deltas += 1
         else:
-            self._mark(_text_key(buf.key, event.seq))
+            text_key = _text_key(buf.key, event.seq)
+            if text_key not in self._dirty:
+                self._fresh.add(text_key)  # new: if it goes before the drain, it is never written
+            self._mark(text_key)
         if buf.state is CallState.ABSENT:
             buf.fire(Trigger.DELTA)
 
@@ -773,10 +801,15 @@ class Assembler:
     ) -> None:
         self._uncount(buf)
         self._mark_texts(buf, buf.terminate(reason, now))
-        self._ended.append((now, buf.key))
+        key = buf.key.as_tuple
+        self.calls.pop(buf.key, None)
+        self.inert[key] = InertCall(buf.state, buf.reason, buf.terminal_event_id, now)
+        self._ended.append((now, key))
         self._touch(buf)
         out.append(outputs.ledger(buf, now))
         out.append(outputs.terminal_status(buf, now))
+        while len(self.inert) > self.limits.max_inert_calls and self._evict_oldest():
+            pass
 
     def _touch(self, buf: CallBuffer) -> None:
         self._mark("call:" + buf.key.encoded())
@@ -791,26 +824,47 @@ class Assembler:
     def _mark(self, key: str) -> None:
         self._dirty.add(key)
 
-    def _forget(self, horizon: float) -> None:
-        """Drop inert facts older than the retention window (bounded memory, invariant 5)."""
+    def _sort_ended(self) -> None:
         if not self._ended_sorted:
             self._ended = deque(sorted(self._ended, key=lambda e: e[0]))
             self._ended_sorted = True
+
+    def _evict_oldest(self) -> bool:
+        """The count bound (``Limits.max_inert_calls``): forget the oldest terminal call before
+        its retention ends, and make fragment events older than its end stale, so no event of
+        a call forgotten early can open it again. False when nothing was left to forget."""
+        self._sort_ended()
+        while self._ended:
+            ended_at, key = self._ended.popleft()
+            inert = self.inert.get(key)
+            if inert is not None and inert.ended_at == ended_at:
+                del self.inert[key]
+                self._mark(_call_state_key(key))
+                if ended_at > self._evicted_before:
+                    self._evicted_before = ended_at
+                    self._mark(_HORIZON_KEY)
+                return True
+        return False
+
+    def _forget(self, horizon: float) -> None:
+        """Drop inert facts older than the retention window (bounded memory, invariant 5).
+
+        Turns and responses also go once older than what the count bound forgot (the events
+        that could still need them are refused as stale); seen command ids have their own bound.
+        """
+        self._sort_ended()
         while self._ended and self._ended[0][0] < horizon:
             ended_at, key = self._ended.popleft()
-            buf = self.calls.get(key)
-            if buf is not None and buf.state.absorbing and buf.ended_at == ended_at:
-                del self.calls[key]
-                self._touch(buf)
+            inert = self.inert.get(key)
+            if inert is not None and inert.ended_at == ended_at:
+                del self.inert[key]
+                self._mark(_call_state_key(key))
         control = self.control
-        for tk, turn in list(control.turns.items()):
-            if turn.last_seen < horizon and tk not in self._active_by_turn:
-                del control.turns[tk]
-                self._mark(turn_state_key(*tk))
-        for rk, response in list(control.responses.items()):
-            if response.last_seen < horizon:
-                del control.responses[rk]
-                self._mark(response_state_key(*rk))
+        facts = max(horizon, self._evicted_before)
+        for tk in control.forget_turns(facts, self._active_by_turn):
+            self._mark(turn_state_key(*tk))
+        for rk in control.forget_responses(facts):
+            self._mark(response_state_key(*rk))
         for scope, seen in list(control.seen_commands.items()):
             if seen.at < horizon:
                 del control.seen_commands[scope]
@@ -829,28 +883,61 @@ class Assembler:
         changes = []
         for key in sorted(self._dirty):
             value = self._snapshot_entry(key)
+            if value is None and key in self._fresh:
+                continue  # written and dropped between two drains: never in the changelog
             encoded = encode_state_value(value) if value is not None else None
             changes.append(StateChange(key, encoded))
         self._dirty.clear()
+        self._fresh.clear()
         return changes
 
     def _snapshot_entry(self, key: str) -> Any:
         if key.startswith("call:"):
-            buf = self.calls.get(_call_key(key[5:]))
-            return buf.snapshot() if buf else None
+            call_key = _call_key(key[5:])
+            buf = self.calls.get(call_key)
+            if buf is not None:
+                return buf.snapshot()
+            inert = self.inert.get(call_key.as_tuple)
+            return inert.snapshot(call_key.as_tuple) if inert else None
+        if key == _HORIZON_KEY:
+            return {"evicted_before": self._evicted_before} if self._evicted_before else None
         if key.startswith("text:"):
             call_key, position = _parse_text_key(key)
             buf = self.calls.get(call_key)
             return buf.texts.get(position) if buf else None
         return self.control.snapshot_entry(key)
 
-    def restore(self, key: str, value: bytes | None) -> None:
-        """Apply one changelog record (the last one per key wins, as in a compacted topic)."""
-        data = decode_state_value(value) if value is not None else None
+    def restore(self, key: str, value: bytes | None) -> str | None:
+        """Apply one changelog record (the last one per key wins, as in a compacted topic).
+
+        Returns None, or why the record was skipped: a key or value this version cannot read
+        (a damaged or foreign record) changes nothing; the runtime logs and counts it.
+        """
+        try:
+            data = decode_state_value(value) if value is not None else None
+            self._restore(key, data)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # the type only: a message could quote a key or a value (argument text)
+            return f"unreadable record ({type(exc).__name__})"
+        return None
+
+    def _restore(self, key: str, data: Any) -> None:
         if key.startswith("text:"):
             call_key, position = _parse_text_key(key)
             owner = self.calls.get(call_key)
-            texts = owner.texts if owner else self._restored_texts.setdefault(call_key, {})
+            if data is not None and not isinstance(data, str):
+                raise TypeError("a text record holds a string")
+            if owner is not None:
+                texts = owner.texts
+            elif data is None:  # a text dropped after its call ended: nothing to keep
+                held = self._restored_texts.get(call_key)
+                if held is not None:
+                    held.pop(position, None)
+                    if not held:
+                        del self._restored_texts[call_key]
+                return
+            else:
+                texts = self._restored_texts.setdefault(call_key, {})
             if data is None:
                 texts.pop(position, None)
             else:
@@ -858,26 +945,50 @@ class Assembler:
             return
         if key.startswith("call:"):
             call_key = _call_key(key[5:])
+            if data is not None and not isinstance(data, dict):
+                raise TypeError("a call record holds an object")
+            inert: InertCall | None = None
+            buf: CallBuffer | None = None
+            if data is not None:
+                if call_tuple(data.get("key")) != call_key.as_tuple:
+                    raise ValueError("the value names another call than the key")
+                if CallState(data["state"]).absorbing:
+                    inert = InertCall.from_snapshot(data)
+                else:
+                    buf = CallBuffer.from_snapshot(data)
             old = self.calls.pop(call_key, None)
             if old is not None:
                 self._uncount(old)
-            if data is not None:
-                buf = CallBuffer.from_snapshot(data)
+            self.inert.pop(call_key.as_tuple, None)
+            if inert is not None:
+                self._restored_texts.pop(call_key, None)
+                self.inert[call_key.as_tuple] = inert
+                self._ended.append((inert.ended_at, call_key.as_tuple))
+                self._ended_sorted = False
+            elif buf is not None:
                 buf.texts = old.texts if old else self._restored_texts.pop(call_key, {})
                 self.calls[call_key] = buf
-                if not buf.state.absorbing:
-                    self._count(buf)
-                    if buf.state is CallState.AWAITING_RESPONSE:
-                        self._awaiting[call_key] = buf
-                        self._recheck_awaiting = True
-                else:
-                    self._ended.append((buf.ended_at or 0.0, call_key))
-                    self._ended_sorted = False
+                self._count(buf)
+                if buf.state is CallState.AWAITING_RESPONSE:
+                    self._awaiting[call_key] = buf
+                    self._recheck_awaiting = True
+            return
+        if key == _HORIZON_KEY:
+            before = 0.0 if data is None else float(data["evicted_before"])
+            self._evicted_before = before
             return
         self.control.restore_entry(key, data)
 
 
 # ====================================================================== helpers
+
+
+_HORIZON_KEY = "meta:evicted_before"
+_FRAGMENT_EVENTS = (CallStarted, CallDelta, CallEnded, ResponseEnded)
+
+
+def _call_state_key(key: CallTuple) -> str:
+    return "call:" + encode_key(key)
 
 
 def _text_key(key: CallKey, position: int) -> str:

@@ -40,6 +40,10 @@ class Limits:
     # How many command ids are remembered for replay protection (within retention_seconds); when
     # full, granting commands are refused (replay_window_full) and safety commands still apply.
     max_seen_commands: int = 100_000
+    # How many terminal calls are remembered (within retention_seconds) to absorb their late
+    # events. When full, the oldest is forgotten early and fragment events older than its end
+    # become stale (dead-lettered), so memory stays bounded under any call rate or flood.
+    max_inert_calls: int = 200_000
 
     def call_bytes(self, declaration: ToolDeclaration | None) -> int:
         if declaration is not None and declaration.limits.max_bytes is not None:
