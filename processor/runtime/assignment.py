@@ -206,6 +206,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                     partition=task.partition,
                     restored_records=result.records,
                     restore=task.restore_kind,
+                    store_records=task.store_records,
                     changelog_end_offset=result.end_offset,
                     restore_seconds=round(result.seconds, 4),
                     prepare_seconds=round(time.monotonic() - started, 4),

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
@@ -59,12 +60,13 @@ async def restore_partition(
     *,
     timeout: float,
     start: int | None = None,
+    sink: Callable[[str, bytes | None], None] | None = None,
 ) -> RestoreResult:
     """Apply changelog partition ``partition`` to ``assembler``; TimeoutError after ``timeout``.
 
     ``start``: apply only the tail from that offset (``assembler`` already reflects everything
     before it). When the log no longer holds ``start`` (retention), ``RestoreGap`` is raised and
-    the caller restores in full.
+    the caller restores in full. ``sink`` receives every record applied (for a local store).
     """
     started = time.monotonic()
     tp = TopicPartition(changelog, partition)
@@ -85,6 +87,8 @@ async def restore_partition(
         else:
             problem = assembler.restore(key, record.value)
         records += 1
+        if problem is None and sink is not None:
+            sink(key, record.value)
         if problem is not None:  # a damaged or foreign record: skipped, never a crash loop
             skipped += 1
             log.error(
