@@ -944,28 +944,33 @@ class Assembler:
                 texts[position] = data
             return
         if key.startswith("call:"):
-            call_key = _call_key(key[5:])
+            parts = call_tuple(decode_key(key[5:]))
             if data is not None and not isinstance(data, dict):
                 raise TypeError("a call record holds an object")
             inert: InertCall | None = None
             buf: CallBuffer | None = None
             if data is not None:
-                if call_tuple(data.get("key")) != call_key.as_tuple:
+                if call_tuple(data.get("key")) != parts:
                     raise ValueError("the value names another call than the key")
                 if CallState(data["state"]).absorbing:
                     inert = InertCall.from_snapshot(data)
                 else:
                     buf = CallBuffer.from_snapshot(data)
-            old = self.calls.pop(call_key, None)
+            # a CallKey model only when a live buffer or held texts may exist (restores of
+            # terminal calls are the bulk of a long changelog: no model for each)
+            call_key = _restored_key(*parts) if self.calls or self._restored_texts else None
+            old = self.calls.pop(call_key, None) if call_key is not None else None
             if old is not None:
                 self._uncount(old)
-            self.inert.pop(call_key.as_tuple, None)
+            self.inert.pop(parts, None)
             if inert is not None:
-                self._restored_texts.pop(call_key, None)
-                self.inert[call_key.as_tuple] = inert
-                self._ended.append((inert.ended_at, call_key.as_tuple))
+                if call_key is not None:
+                    self._restored_texts.pop(call_key, None)
+                self.inert[parts] = inert
+                self._ended.append((inert.ended_at, parts))
                 self._ended_sorted = False
             elif buf is not None:
+                call_key = buf.key
                 buf.texts = old.texts if old else self._restored_texts.pop(call_key, {})
                 self.calls[call_key] = buf
                 self._count(buf)
