@@ -958,24 +958,24 @@ class Assembler:
                     buf = CallBuffer.from_snapshot(data)
             # a CallKey model only when a live buffer or held texts may exist (restores of
             # terminal calls are the bulk of a long changelog: no model for each)
-            call_key = _restored_key(*parts) if self.calls or self._restored_texts else None
-            old = self.calls.pop(call_key, None) if call_key is not None else None
+            live_key = _restored_key(*parts) if self.calls or self._restored_texts else None
+            old = self.calls.pop(live_key, None) if live_key is not None else None
             if old is not None:
                 self._uncount(old)
             self.inert.pop(parts, None)
             if inert is not None:
-                if call_key is not None:
-                    self._restored_texts.pop(call_key, None)
+                if live_key is not None:
+                    self._restored_texts.pop(live_key, None)
                 self.inert[parts] = inert
                 self._ended.append((inert.ended_at, parts))
                 self._ended_sorted = False
             elif buf is not None:
-                call_key = buf.key
-                buf.texts = old.texts if old else self._restored_texts.pop(call_key, {})
-                self.calls[call_key] = buf
+                live_key = buf.key
+                buf.texts = old.texts if old else self._restored_texts.pop(live_key, {})
+                self.calls[live_key] = buf
                 self._count(buf)
                 if buf.state is CallState.AWAITING_RESPONSE:
-                    self._awaiting[call_key] = buf
+                    self._awaiting[live_key] = buf
                     self._recheck_awaiting = True
             return
         if key == _HORIZON_KEY:
