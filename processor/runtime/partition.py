@@ -276,6 +276,8 @@ class PartitionTask:
             loaded += 1
             if assembler.restore(key, value) is not None:
                 skipped += 1
+            if loaded % 2000 == 0:
+                await asyncio.sleep(0)  # heartbeats and other partitions go on meanwhile
         if skipped:
             log.error(
                 "local state store records skipped",
