@@ -114,26 +114,56 @@ async def test_a_restarted_worker_restores_only_the_tail(runtime: Runtime, tmp_p
         store.close()
 
 
+async def _open_changelog_transaction(runtime: Runtime) -> bool:
+    """Whether changelog partition 0 holds records of a transaction still open (HW > LSO)."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition
+
+    tp = TopicPartition(runtime.topics.changelog, 0)
+    ends = []
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = AIOKafkaConsumer(
+            isolation_level=isolation, **runtime.settings.kafka_client_kwargs()
+        )
+        await consumer.start()
+        try:
+            ends.append((await consumer.end_offsets([tp]))[tp])
+        finally:
+            await consumer.stop()
+    return ends[0] > ends[1]
+
+
 @pytest.mark.partitions(1)
-async def test_a_killed_worker_leaves_only_committed_state_in_its_store(
+async def test_a_worker_killed_inside_a_transaction_leaves_only_committed_state_in_its_store(
     runtime: Runtime, tmp_path: Path
 ) -> None:
     state_dir = tmp_path / "state"
-    w1 = runtime.start_worker("w1", PROCESSOR_STATE_DIR=str(state_dir))
-    await w1.wait_ready()
 
     async def traffic() -> None:
-        for i in range(10_000):
+        for i in range(100_000):
             await runtime.control(turn_started("acme", f"turn-{i}"))
             await runtime.publish(call_events("acme", f"turn-{i}", "c", '{"city": "Oslo"}'))
 
     feeding = asyncio.create_task(traffic())
-    await wait_until(
-        lambda: _dispatched_some(runtime), timeout=60, what="the worker processing calls"
-    )
-    w1.kill()  # SIGKILL, while it processes a stream (most likely inside a transaction)
-    await w1.wait_exit()
-    feeding.cancel()
+    inside = False
+    try:
+        for attempt in range(8):  # until a SIGKILL lands while a transaction is open
+            worker = runtime.start_worker(f"w{attempt}", PROCESSOR_STATE_DIR=str(state_dir))
+            await worker.wait_ready()
+            seen = len(await runtime.dispatches())
+
+            async def progressing(seen: int = seen) -> bool:
+                return len(await runtime.dispatches()) >= seen + 20
+
+            await wait_until(progressing, timeout=60, what="the worker processing calls")
+            worker.kill()
+            await worker.wait_exit()
+            inside = await _open_changelog_transaction(runtime)
+            if inside:
+                break
+    finally:
+        feeding.cancel()
+    assert inside, "no SIGKILL landed inside a transaction"
     store = _store(runtime, state_dir, 0)
     try:
         checkpoint = store.checkpoint()
@@ -142,9 +172,4 @@ async def test_a_killed_worker_leaves_only_committed_state_in_its_store(
     finally:
         store.close()
     # the store is exactly the committed changelog up to its checkpoint: nothing uncommitted
-    assert held == await _committed_changelog(runtime, 0, checkpoint)
-    assert held
-
-
-async def _dispatched_some(runtime: Runtime) -> bool:
-    return len(await runtime.dispatches()) >= 20
+    assert held and held == await _committed_changelog(runtime, 0, checkpoint)
