@@ -26,7 +26,8 @@ LABEL org.opencontainers.image.title="toolcall-processor" \
       org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --system --gid 10001 processor \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin processor
+      --shell /usr/sbin/nologin processor \
+ && install -d -o 10001 -g 10001 -m 0700 /var/lib/toolcall/state
 COPY --from=build /opt/processor /opt/processor
 # the example registry and executor, so `make up`'s pipeline runs from the image as it is
 COPY examples /app/examples

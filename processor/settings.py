@@ -65,6 +65,7 @@ class LimitsSettings(BaseModel):
     max_seen_commands: int = Field(default=Limits.max_seen_commands, gt=0)
     max_turns: int = Field(default=Limits.max_turns, gt=0)
     max_turns_per_tenant: int = Field(default=Limits.max_turns_per_tenant, gt=0)
+    max_inert_calls: int = Field(default=Limits.max_inert_calls, gt=0)
 
     def to_limits(self) -> Limits:
         return Limits(**self.model_dump())
@@ -190,6 +191,11 @@ class Settings(BaseSettings):
     transaction_timeout_ms: int = Field(default=9_000, gt=0)
     commit_timeout_seconds: float = Field(default=7.0, gt=0)
     restore_timeout_seconds: float = Field(default=300.0, gt=0)
+    # local state stores (processor.runtime.store): one RocksDB per partition under this folder,
+    # so a restart restores only the changelog tail after each store's checkpoint; unset, every
+    # assignment restores from the changelog in full. Its block cache, per partition, in MiB.
+    state_dir: Path | None = None
+    state_cache_mb: int = Field(default=16, gt=0)
     lag_interval_seconds: float = Field(default=5.0, gt=0)
 
     # -- observability ---------------------------------------------------------------------

@@ -37,7 +37,6 @@ one ordered stream) nothing is held.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -69,7 +68,6 @@ from processor.core.control import (
 )
 from processor.core.errors import (
     AssemblyError,
-    CorruptState,
     DuplicateConflict,
     RecordRejected,
     SequenceGap,
@@ -98,10 +96,12 @@ from processor.core.events import (
     UserState,
     decode_input,
     decode_key,
+    encode_key,
     event_time,
     stable_id,
     trusted_call_key,
 )
+from processor.core.inert import CallTuple, InertCall, call_tuple
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits, permission
 from processor.core.registry import DispatchOn, Registry, ValidationContext
@@ -109,11 +109,6 @@ from processor.core.states import CallState, TerminalReason, Trigger
 from processor.core.validation import Rejected, validate_call
 
 __all__ = ["Assembler", "RecordSource", "StateChange"]
-
-# How often tick() walks the control facts (turns, responses, command ids) to drop those older
-# than the retention window: a full pass costs O(facts), so not on every tick; they are kept at
-# most this much longer than ``retention_seconds``.
-_FORGET_EVERY_S = 60.0
 
 _RESPONSE_END_REASON = {
     ResponseStatus.COMPLETED: TerminalReason.INCOMPLETE,  # the response ended, the call did not
@@ -156,9 +151,14 @@ class Assembler:
         self.registry = registry
         self.limits = limits or Limits()
         self.verifier: CommandVerifier = verifier or AllowUnsigned()
-        self.calls: dict[CallKey, CallBuffer] = {}  # open and inert (until retention ends)
+        self.calls: dict[CallKey, CallBuffer] = {}  # not yet terminal
+        # terminal calls, compact (processor.core.inert), until retention or the count bound
+        self.inert: dict[CallTuple, InertCall] = {}
         self.control = ControlState()
         self._dirty: set[str] = set()
+        self._fresh: set[str] = set()  # text keys first written since the last drain
+        # fragment events older than this are stale: the count bound forgot calls ended before it
+        self._evicted_before = 0.0
         # indexes over the open buffers only, so no hot path walks the inert ones
         self._active: dict[CallKey, CallBuffer] = {}
         self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
@@ -166,8 +166,7 @@ class Assembler:
         self._open_total = 0
         self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
         self.turn_evictions = 0  # turn records forgotten to make room (max_turns*)
-        self._forgot_at = -math.inf  # when retention last dropped old facts (see tick)
-        self._ended: deque[tuple[float, CallKey]] = deque()  # in order of ended_at
+        self._ended: deque[tuple[float, CallTuple]] = deque()  # in order of ended_at
         self._ended_sorted = True
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
         # validated calls waiting for their response's end or for the control barrier
@@ -215,7 +214,10 @@ class Assembler:
         barrier: int | None = None,
     ) -> list[OutputRecord]:
         """:meth:`handle_record` after decoding: a record too old to judge is a dead letter."""
-        if event_time(event) < now - self.limits.retention_seconds:
+        horizon = now - self.limits.retention_seconds
+        if isinstance(event, _FRAGMENT_EVENTS):
+            horizon = max(horizon, self._evicted_before)
+        if event_time(event) < horizon:
             detail = "older than the retention window; its state may have been forgotten"
             return [self.dead_letter(payload, source, "stale_event", detail, now)]
         return self.handle(event, now, record_time=record_time, barrier=barrier)
@@ -292,11 +294,7 @@ class Assembler:
                 buf.validation_result = "turn_not_bound"
             if reason is not None:
                 self._terminate(buf, reason, now, out)
-        horizon = now - self.limits.retention_seconds
-        self._forget_calls(horizon)
-        if now - self._forgot_at >= _FORGET_EVERY_S:  # a full pass over the control facts
-            self._forgot_at = now
-            self._forget_control(horizon)
+        self._forget(now - self.limits.retention_seconds)
         return out
 
     def _expiry(self, buf: CallBuffer, now: float) -> TerminalReason | None:
@@ -333,7 +331,20 @@ class Assembler:
 
     def call_state(self, key: CallKey) -> CallState:
         buf = self.calls.get(key)
-        return buf.state if buf else CallState.ABSENT
+        if buf is not None:
+            return buf.state
+        inert = self.inert.get(key.as_tuple)
+        return inert.state if inert else CallState.ABSENT
+
+    @property
+    def inert_calls(self) -> int:
+        """Terminal calls still remembered (absorbing their late events)."""
+        return len(self.inert)
+
+    @property
+    def evicted_before(self) -> float:
+        """Fragment events older than this are stale (0.0: the count bound never forgot)."""
+        return self._evicted_before
 
     # ================================================================== fragments
 
@@ -345,9 +356,12 @@ class Assembler:
         out: list[OutputRecord],
     ) -> None:
         key = event.key
+        if key.as_tuple in self.inert:
+            self.late_events += 1  # a replay of a call that is already terminal
+            return
         buf = self.calls.get(key)
         is_new = False
-        if buf is not None and (buf.state.absorbing or buf.state in _VALIDATED_STATES):
+        if buf is not None and buf.state in _VALIDATED_STATES:
             self.late_events += 1  # a replay of a call whose fragments are already complete
             return
         refusal = self.control.refusal(key.tenant, key.turn_id, key.response_id)
@@ -449,7 +463,10 @@ class Assembler:
         if outcome is DeltaOutcome.DUPLICATE:
             self.duplicate_deltas += 1
         else:
-            self._mark(_text_key(buf, event.seq))
+            text_key = _text_key(buf, event.seq)
+            if text_key not in self._dirty:
+                self._fresh.add(text_key)  # new: if it goes before the drain, it is never written
+            self._mark(text_key)
         if buf.state is CallState.ABSENT:
             buf.fire(Trigger.DELTA)
 
@@ -860,10 +877,15 @@ class Assembler:
     ) -> None:
         self._uncount(buf)
         self._mark_texts(buf, buf.terminate(reason, now))
-        self._ended.append((now, buf.key))
+        key = buf.key.as_tuple
+        self.calls.pop(buf.key, None)
+        self.inert[key] = InertCall(buf.state, buf.reason, buf.terminal_event_id, now)
+        self._ended.append((now, key))
         self._touch(buf)
         out.append(outputs.ledger(buf, now))
         out.append(outputs.terminal_status(buf, now))
+        while len(self.inert) > self.limits.max_inert_calls and self._evict_oldest():
+            pass
 
     def _touch(self, buf: CallBuffer) -> None:
         self._mark("call:" + buf.encoded_key)
@@ -878,29 +900,47 @@ class Assembler:
     def _mark(self, key: str) -> None:
         self._dirty.add(key)
 
-    def _forget_calls(self, horizon: float) -> None:
-        """Drop inert calls older than the retention window (bounded memory, invariant 5)."""
+    def _sort_ended(self) -> None:
         if not self._ended_sorted:
             self._ended = deque(sorted(self._ended, key=lambda e: e[0]))
             self._ended_sorted = True
+
+    def _evict_oldest(self) -> bool:
+        """The count bound (``Limits.max_inert_calls``): forget the oldest terminal call before
+        its retention ends, and make fragment events older than its end stale, so no event of
+        a call forgotten early can open it again. False when nothing was left to forget."""
+        self._sort_ended()
+        while self._ended:
+            ended_at, key = self._ended.popleft()
+            inert = self.inert.get(key)
+            if inert is not None and inert.ended_at == ended_at:
+                del self.inert[key]
+                self._mark(_call_state_key(key))
+                if ended_at > self._evicted_before:
+                    self._evicted_before = ended_at
+                    self._mark(_HORIZON_KEY)
+                return True
+        return False
+
+    def _forget(self, horizon: float) -> None:
+        """Drop inert facts older than the retention window (bounded memory, invariant 5).
+
+        Turns and responses also go once older than what the count bound forgot (the events
+        that could still need them are refused as stale); seen command ids have their own bound.
+        """
+        self._sort_ended()
         while self._ended and self._ended[0][0] < horizon:
             ended_at, key = self._ended.popleft()
-            buf = self.calls.get(key)
-            if buf is not None and buf.state.absorbing and buf.ended_at == ended_at:
-                del self.calls[key]
-                self._touch(buf)
-
-    def _forget_control(self, horizon: float) -> None:
-        """Drop turns, responses and command ids older than the retention window."""
+            inert = self.inert.get(key)
+            if inert is not None and inert.ended_at == ended_at:
+                del self.inert[key]
+                self._mark(_call_state_key(key))
         control = self.control
-        for tk, turn in list(control.turns.items()):
-            if turn.last_seen < horizon and tk not in self._active_by_turn:
-                control.drop_turn(*tk)
-                self._mark(turn_state_key(*tk))
-        for rk, response in list(control.responses.items()):
-            if response.last_seen < horizon:
-                del control.responses[rk]
-                self._mark(response_state_key(*rk))
+        facts = max(horizon, self._evicted_before)
+        for tk in control.forget_turns(facts, self._active_by_turn):
+            self._mark(turn_state_key(*tk))
+        for rk in control.forget_responses(facts):
+            self._mark(response_state_key(*rk))
         for scope, seen in list(control.seen_commands.items()):
             if seen.at < horizon:
                 del control.seen_commands[scope]
@@ -919,69 +959,117 @@ class Assembler:
         changes = []
         for key in sorted(self._dirty):
             value = self._snapshot_entry(key)
+            if value is None and key in self._fresh:
+                continue  # written and dropped between two drains: never in the changelog
             encoded = encode_state_value(value) if value is not None else None
             changes.append(StateChange(key, encoded))
         self._dirty.clear()
+        self._fresh.clear()
         return changes
 
     def _snapshot_entry(self, key: str) -> Any:
         if key.startswith("call:"):
-            buf = self.calls.get(_call_key(key[5:]))
-            return buf.snapshot() if buf else None
+            call_key = _call_key(key[5:])
+            buf = self.calls.get(call_key)
+            if buf is not None:
+                return buf.snapshot()
+            inert = self.inert.get(call_key.as_tuple)
+            return inert.snapshot(call_key.as_tuple) if inert else None
+        if key == _HORIZON_KEY:
+            return {"evicted_before": self._evicted_before} if self._evicted_before else None
         if key.startswith("text:"):
             call_key, position = _parse_text_key(key)
             buf = self.calls.get(call_key)
             return buf.texts.get(position) if buf else None
         return self.control.snapshot_entry(key)
 
-    def restore(self, key: str, value: bytes | None) -> None:
+    def restore(self, key: str, value: bytes | None) -> str | None:
         """Apply one changelog record (the last one per key wins, as in a compacted topic).
 
-        Raises :class:`CorruptState` (naming the key's kind, never its value) for a record it
-        cannot read back; the Assembler may then hold part of it and must be discarded (the
-        worker restores a fresh one in full on its next try).
+        Returns None, or why the record was skipped: a key or value this version cannot read
+        (a damaged or foreign record) changes nothing; the runtime logs and counts it.
         """
         try:
-            self._restore(key, value)
-        except CorruptState:
-            raise
-        except Exception as exc:
-            kind = key.partition(":")[0][:16] if ":" in key else "(no kind)"
-            raise CorruptState(detail=f"{kind} record: {type(exc).__name__}") from None
+            data = decode_state_value(value) if value is not None else None
+            self._restore(key, data)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+            # the type only: a message could quote a key or a value (argument text)
+            return f"unreadable record ({type(exc).__name__})"
+        return None
 
-    def _restore(self, key: str, value: bytes | None) -> None:
-        data = decode_state_value(value) if value is not None else None
+    def _restore(self, key: str, data: Any) -> None:
         if key.startswith("text:"):
             call_key, position = _parse_text_key(key)
             owner = self.calls.get(call_key)
-            texts = owner.texts if owner else self._restored_texts.setdefault(call_key, {})
+            if data is not None and not isinstance(data, str):
+                raise TypeError("a text record holds a string")
+            if owner is not None:
+                texts = owner.texts
+            elif data is None:  # a text dropped after its call ended: nothing to keep
+                held = self._restored_texts.get(call_key)
+                if held is not None:
+                    held.pop(position, None)
+                    if not held:
+                        del self._restored_texts[call_key]
+                return
+            else:
+                texts = self._restored_texts.setdefault(call_key, {})
             if data is None:
                 texts.pop(position, None)
             else:
                 texts[position] = data
             return
         if key.startswith("call:"):
-            call_key = _call_key(key[5:])
-            old = self.calls.pop(call_key, None)
+            parts = call_tuple(decode_key(key[5:]))
+            if data is not None and not isinstance(data, dict):
+                raise TypeError("a call record holds an object")
+            inert: InertCall | None = None
+            buf: CallBuffer | None = None
+            if data is not None:
+                if call_tuple(data.get("key")) != parts:
+                    raise ValueError("the value names another call than the key")
+                if CallState(data["state"]).absorbing:
+                    inert = InertCall.from_snapshot(data)
+                else:
+                    buf = CallBuffer.from_snapshot(data)
+            # a CallKey model only when a live buffer or held texts may exist (restores of
+            # terminal calls are the bulk of a long changelog: no model for each)
+            live_key = _restored_key(*parts) if self.calls or self._restored_texts else None
+            old = self.calls.pop(live_key, None) if live_key is not None else None
             if old is not None:
                 self._uncount(old)
-            if data is not None:
-                buf = CallBuffer.from_snapshot(data)
-                buf.texts = old.texts if old else self._restored_texts.pop(call_key, {})
-                self.calls[call_key] = buf
-                if not buf.state.absorbing:
-                    self._count(buf)
-                    if buf.state is CallState.AWAITING_RESPONSE:
-                        self._awaiting[call_key] = buf
-                        self._recheck_awaiting = True
-                else:
-                    self._ended.append((buf.ended_at or 0.0, call_key))
-                    self._ended_sorted = False
+            self.inert.pop(parts, None)
+            if inert is not None:
+                if live_key is not None:
+                    self._restored_texts.pop(live_key, None)
+                self.inert[parts] = inert
+                self._ended.append((inert.ended_at, parts))
+                self._ended_sorted = False
+            elif buf is not None:
+                live_key = buf.key
+                buf.texts = old.texts if old else self._restored_texts.pop(live_key, {})
+                self.calls[live_key] = buf
+                self._count(buf)
+                if buf.state is CallState.AWAITING_RESPONSE:
+                    self._awaiting[live_key] = buf
+                    self._recheck_awaiting = True
+            return
+        if key == _HORIZON_KEY:
+            before = 0.0 if data is None else float(data["evicted_before"])
+            self._evicted_before = before
             return
         self.control.restore_entry(key, data)
 
 
 # ====================================================================== helpers
+
+
+_HORIZON_KEY = "meta:evicted_before"
+_FRAGMENT_EVENTS = (CallStarted, CallDelta, CallEnded, ResponseEnded)
+
+
+def _call_state_key(key: CallTuple) -> str:
+    return "call:" + encode_key(key)
 
 
 def _text_key(buf: CallBuffer, position: int) -> str:

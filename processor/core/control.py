@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -195,6 +196,7 @@ class ControlState:
         self.disabled_tools: dict[tuple[str, str], Flag] = {}  # (tenant or "*", tool)
         self.stopped_tenants: dict[str, Flag] = {}
         self.seen_commands: dict[str, SeenCommand] = {}  # by command_scope()
+        self._unsorted = False  # turns/responses restored out of last_seen order
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -203,10 +205,12 @@ class ControlState:
 
     def ensure_turn(self, tenant: str, turn_id: str, now: float) -> TurnRecord:
         key = (tenant, turn_id)
-        record = self.turns.get(key)
+        record = self.turns.pop(key, None)  # re-inserted last: the table stays in last_seen order
         if record is None:
             record = TurnRecord(tenant=tenant, turn_id=turn_id)
             self._add_turn(record)
+        else:
+            self.turns[key] = record
         record.last_seen = max(record.last_seen, now)
         return record
 
@@ -241,9 +245,10 @@ class ControlState:
         self, tenant: str, turn_id: str, response_id: str, now: float
     ) -> ResponseRecord:
         key = (tenant, turn_id, response_id)
-        record = self.responses.get(key)
+        record = self.responses.pop(key, None)  # re-inserted last, as for turns
         if record is None:
-            record = self.responses[key] = ResponseRecord()
+            record = ResponseRecord()
+        self.responses[key] = record
         record.last_seen = max(record.last_seen, now)
         return record
 
@@ -262,6 +267,44 @@ class ControlState:
             if response is not None:
                 return response.refusal()
         return None
+
+    # -- forgetting ----------------------------------------------------------------------
+
+    def forget_turns(self, horizon: float, busy: Collection[tuple[str, str]]) -> list[Any]:
+        """Drop the turns last seen before ``horizon`` that no open call holds; their keys.
+
+        The table is kept in ``last_seen`` order (``ensure_turn`` re-inserts last; a restore
+        sorts once), so this stops at the first turn seen since: O(forgotten + busy).
+        """
+        if self._unsorted:
+            self._sort()
+        gone = []
+        for tk, turn in self.turns.items():
+            if turn.last_seen >= horizon:
+                break
+            if tk not in busy:
+                gone.append(tk)
+        for tk in gone:
+            self.drop_turn(*tk)
+        return gone
+
+    def forget_responses(self, horizon: float) -> list[Any]:
+        """Drop the responses last seen before ``horizon``; their keys (as for turns)."""
+        if self._unsorted:
+            self._sort()
+        gone = []
+        for rk, response in self.responses.items():
+            if response.last_seen >= horizon:
+                break
+            gone.append(rk)
+        for rk in gone:
+            del self.responses[rk]
+        return gone
+
+    def _sort(self) -> None:
+        self.turns = dict(sorted(self.turns.items(), key=lambda kv: kv[1].last_seen))
+        self.responses = dict(sorted(self.responses.items(), key=lambda kv: kv[1].last_seen))
+        self._unsorted = False
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -291,6 +334,10 @@ class ControlState:
 
     def restore_entry(self, key: str, value: dict[str, Any] | None) -> None:
         kind, _, rest = key.partition(":")
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"a {kind} record holds an object")
+        if kind in ("turn", "resp"):
+            self._unsorted = True
         if kind == "turn":
             tenant, turn_id = decode_key(rest)
             self.drop_turn(tenant, turn_id)

@@ -86,13 +86,6 @@ class InvalidTransition(ProcessorError):
     reason = "invalid_transition"
 
 
-class CorruptState(ProcessorError):
-    """A changelog record the Assembler cannot read back (its key or value). Never skipped: it
-    may hold a cancellation, so the partition stays unready rather than run without it."""
-
-    reason = "corrupt_state"
-
-
 class RegistryError(ProcessorError):
     reason = "registry_error"
 

@@ -47,6 +47,10 @@ class Limits:
     # fail-safe); if none can go, the turn.started is refused (turn_limit).
     max_turns: int = 200_000
     max_turns_per_tenant: int = 20_000
+    # How many terminal calls are remembered (within retention_seconds) to absorb their late
+    # events. When full, the oldest is forgotten early and fragment events older than its end
+    # become stale (dead-lettered), so memory stays bounded under any call rate or flood.
+    max_inert_calls: int = 200_000
 
     def call_bytes(self, declaration: ToolDeclaration | None) -> int:
         if declaration is not None and declaration.limits.max_bytes is not None:

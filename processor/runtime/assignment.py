@@ -44,7 +44,6 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import TopicPartition
 
 from processor.core.assembler import Assembler
-from processor.core.errors import CorruptState
 from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime.partition import PartitionTask, TaskState
@@ -181,18 +180,13 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                 raise
             except Exception as exc:
                 metrics.RESTORE_FAILURES.inc()
-                if isinstance(exc, CorruptState):  # not skipped: it may hold a cancellation
-                    log.error(
-                        "changelog record unreadable; the partition stays unready",
-                        extra=fields(partition=task.partition, detail=exc.detail[:300]),
-                    )
                 log.warning(
                     "partition preparation failed; retrying",
                     extra=fields(
                         partition=task.partition,
                         error=type(exc).__name__,
-                        # Kafka errors and CorruptState only: others could quote restored state
-                        detail=str(exc)[:300] if isinstance(exc, KafkaError | CorruptState) else "",
+                        # Kafka errors only: other messages could quote restored state
+                        detail=str(exc)[:200] if isinstance(exc, KafkaError) else "",
                         retry_in_s=backoff,
                     ),
                 )
@@ -212,6 +206,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                     partition=task.partition,
                     restored_records=result.records,
                     restore=task.restore_kind,
+                    store_records=task.store_records,
                     changelog_end_offset=result.end_offset,
                     restore_seconds=round(result.seconds, 4),
                     prepare_seconds=round(time.monotonic() - started, 4),

@@ -57,6 +57,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -86,6 +87,7 @@ from processor.runtime.codec import (
 )
 from processor.runtime.partitioner import misrouted
 from processor.runtime.restore import RestoreGap, RestoreResult, restore_partition
+from processor.runtime.store import RocksStore, StateStore
 from processor.runtime.transaction import CommitPlan
 from processor.settings import Settings
 
@@ -113,6 +115,7 @@ class Step:
     deadletters: list[str] = field(default_factory=list)  # reasons
     commands: list[tuple[str, str, str]] = field(default_factory=list)  # (type, outcome, rejection)
     dispatch_triggers: list[float] = field(default_factory=list)  # trigger record times (s)
+    changes: list[tuple[str, bytes | None]] = field(default_factory=list)  # for the local store
 
 
 class PartitionTask:
@@ -146,6 +149,8 @@ class PartitionTask:
         self.warm: tuple[Assembler, int] | None = None  # (Assembler, changelog_next) to keep
         self.restore_kind = "full"
         self._traces: OrderedDict[str, str] = OrderedDict()
+        self.store: StateStore | None = None  # the local store (PROCESSOR_STATE_DIR), if any
+        self.store_records = 0  # records loaded from the local store by the last prepare
 
     @property
     def transactional_id(self) -> str:
@@ -174,7 +179,19 @@ class PartitionTask:
         self.producer = producer
         warm, self.warm = self.warm, None  # one try: a retry restores in full
         self.clean = False
+        store = self._open_store()
+        pending: list[tuple[str, bytes | None]] = []
+
+        def sink(key: str, value: bytes | None) -> None:
+            pending.append((key, value))
+            if store is not None and len(pending) >= 10_000:
+                store.apply(pending, None)  # no checkpoint yet: replaying the tail is idempotent
+                pending.clear()
+
         result: RestoreResult | None = None
+        self.store_records = 0
+        if warm is not None and store is not None and store.checkpoint() != warm[1]:
+            warm = None  # the store fell behind (a failed write): continue from the store instead
         if warm is not None:
             assembler, start = warm
             with contextlib.suppress(RestoreGap):
@@ -185,9 +202,17 @@ class PartitionTask:
                     s,
                     timeout=s.restore_timeout_seconds,
                     start=start,
+                    sink=sink if store is not None else None,
                 )
                 self.restore_kind = "tail"
+            if result is None and store is not None:
+                store.clear()  # the kept Assembler and its store cannot be continued
+        if result is None and store is not None and store.checkpoint() is not None:
+            assembler, result = await self._restore_from_store(store, sink)
         if result is None:
+            pending.clear()
+            if store is not None:
+                store.clear()
             assembler = self._new_assembler()
             result = await restore_partition(
                 assembler,
@@ -195,8 +220,12 @@ class PartitionTask:
                 self.partition,
                 s,
                 timeout=s.restore_timeout_seconds,
+                sink=sink if store is not None else None,
             )
             self.restore_kind = "full"
+        if store is not None:
+            store.apply(pending, result.end_offset)
+            pending.clear()
         self.assembler = assembler
         self.changelog_next = result.end_offset
         self.input_partitions = len(consumer.partitions_for_topic(self.topics.fragments) or ())
@@ -212,6 +241,85 @@ class PartitionTask:
         self.clean = True
         return result
 
+    def _open_store(self) -> StateStore | None:
+        """This partition's local store, opened once (None without ``PROCESSOR_STATE_DIR``)."""
+        if self.store is not None or self.settings.state_dir is None:
+            return self.store
+        path = (
+            Path(self.settings.state_dir)
+            / self.settings.application_id
+            / (f"{self.topics.changelog}-{self.partition}")
+        )
+        identity = {"changelog": self.topics.changelog, "partition": self.partition}
+        cache = self.settings.state_cache_mb * 1024 * 1024
+        store, rebuilt = RocksStore.open_or_rebuild(path, identity, cache_bytes=cache)
+        if rebuilt is not None:
+            log.warning(
+                "local state store unusable; rebuilt from the changelog",
+                extra=fields(partition=self.partition, reason=rebuilt),
+            )
+        self.store = store
+        return store
+
+    async def _restore_from_store(
+        self, store: StateStore, sink: Callable[[str, bytes | None], None]
+    ) -> tuple[Assembler, RestoreResult | None]:
+        """Load the local store, then apply the changelog tail after its checkpoint.
+
+        ``(assembler, None)`` when the checkpoint cannot be continued (beyond the changelog's
+        end: newer than what is committed, or before its beginning): restore in full.
+        """
+        checkpoint = store.checkpoint()
+        assembler = self._new_assembler()
+        loaded = skipped = 0
+        for key, value in store.scan():
+            loaded += 1
+            if assembler.restore(key, value) is not None:
+                skipped += 1
+            if loaded % 2000 == 0:
+                await asyncio.sleep(0)  # heartbeats and other partitions go on meanwhile
+        if skipped:
+            log.error(
+                "local state store records skipped",
+                extra=fields(partition=self.partition, skipped=skipped),
+            )
+        try:
+            result = await restore_partition(
+                assembler,
+                self.topics.changelog,
+                self.partition,
+                self.settings,
+                timeout=self.settings.restore_timeout_seconds,
+                start=checkpoint,
+                sink=sink,
+            )
+        except RestoreGap:
+            log.warning(
+                "local state store checkpoint outside the changelog; restoring in full",
+                extra=fields(partition=self.partition, checkpoint=checkpoint),
+            )
+            return assembler, None
+        self.store_records = loaded
+        self.restore_kind = "checkpoint"
+        return assembler, result
+
+    def _store_committed(self, changes: list[tuple[str, bytes | None]], checkpoint: int) -> None:
+        """After the commit only: the store never holds a write of an aborted transaction."""
+        if self.store is None:
+            return
+        try:
+            self.store.apply(changes, checkpoint)
+        except (
+            Exception
+        ) as exc:  # a full or failing disk: the batch is atomic, nothing half-written
+            log.error(
+                "local state store write failed; it continues from its checkpoint",
+                extra=fields(partition=self.partition, error=type(exc).__name__),
+            )
+            store, self.store = self.store, None  # its checkpoint stays where its data is
+            with contextlib.suppress(Exception):
+                store.close()
+
     async def close_producer(self) -> None:
         producer, self.producer = self.producer, None
         if producer is not None:
@@ -221,6 +329,9 @@ class PartitionTask:
     async def close(self) -> None:
         self.state = TaskState.CLOSED
         await self.close_producer()
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
 
     # ------------------------------------------------------------------ processing
 
@@ -273,6 +384,7 @@ class PartitionTask:
                 self._emit(step, out, None, None)
         for change in self.assembler.drain_changes():
             step.plan.changelog.append(encode_change(change, self.topics.changelog, self.partition))
+            step.changes.append((change.key, change.value))
         self.clean = step.plan.empty
         return step
 
@@ -402,5 +514,6 @@ class PartitionTask:
         self.expected.update(step.plan.offsets)
         if committed.changelog_next is not None:
             self.changelog_next = committed.changelog_next
+            self._store_committed(step.changes, committed.changelog_next)
         self.clean = True
         return committed.seconds

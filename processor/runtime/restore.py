@@ -12,7 +12,10 @@ owner's open transaction), so no transaction of ours is open on the changelog pa
 is read and the end offset taken at the start is final.
 
 Records are applied in order with :meth:`Assembler.restore` (the last record per key wins, as
-compaction would decide). The whole restore runs under ``timeout``; on timeout it raises and the
+compaction would decide). A record the Assembler cannot read (a damaged or foreign key or value)
+is skipped, logged with its offset and reason, and counted in :class:`RestoreResult`.
+
+The whole restore runs under ``timeout``; on timeout it raises and the
 partition stays unready and is retried, so a slow restore never crash-loops the worker.
 """
 
@@ -20,16 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler
-from processor.core.errors import CorruptState
+from processor.observability.logging import fields
 from processor.runtime.clients import committed_reader, read_to_end
 from processor.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,7 @@ class RestoreResult:
     records: int
     end_offset: int
     seconds: float
+    skipped: int = 0  # records that could not be read (logged with their offset and reason)
 
 
 class RestoreGap(Exception):
@@ -52,33 +60,44 @@ async def restore_partition(
     *,
     timeout: float,
     start: int | None = None,
+    sink: Callable[[str, bytes | None], None] | None = None,
 ) -> RestoreResult:
     """Apply changelog partition ``partition`` to ``assembler``; TimeoutError after ``timeout``.
 
     ``start``: apply only the tail from that offset (``assembler`` already reflects everything
     before it). When the log no longer holds ``start`` (retention), ``RestoreGap`` is raised and
-    the caller restores in full.
+    the caller restores in full. ``sink`` receives every record applied (for a local store).
     """
     started = time.monotonic()
     tp = TopicPartition(changelog, partition)
     consumer = committed_reader(settings, max_partition_fetch_bytes=16 * 1024 * 1024)
     records = 0
+    skipped = 0
     end = 0
 
     def apply(record: ConsumerRecord) -> None:
-        nonlocal records
+        nonlocal records, skipped
         if record.offset >= end:
             return  # written after the end we measured (cannot happen once fenced)
+        problem: str | None
         try:
             key = record.key.decode("utf-8") if record.key is not None else ""
-            assembler.restore(key, record.value)
-        except (UnicodeDecodeError, CorruptState) as exc:
-            detail = exc.detail if isinstance(exc, CorruptState) else "key is not UTF-8"
-            raise CorruptState(
-                detail=f"changelog {changelog} partition {partition} offset {record.offset}: "
-                f"{detail}"
-            ) from None
+        except UnicodeDecodeError:
+            key, problem = "", "the key is not UTF-8"
+        else:
+            problem = assembler.restore(key, record.value)
         records += 1
+        if problem is None and sink is not None:
+            sink(key, record.value)
+        if problem is not None:  # a damaged or foreign record: skipped, never a crash loop
+            skipped += 1
+            log.error(
+                "changelog record skipped",
+                extra=fields(
+                    partition=partition, offset=record.offset, kind=key.partition(":")[0],
+                    reason=problem,
+                ),
+            )  # fmt: skip
 
     try:
         async with asyncio.timeout(timeout):
@@ -96,4 +115,4 @@ async def restore_partition(
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(consumer.stop(), 5)
-    return RestoreResult(partition, records, end, time.monotonic() - started)
+    return RestoreResult(partition, records, end, time.monotonic() - started, skipped)

@@ -119,7 +119,9 @@ class Cluster:
 
     def _spawn(self, slot: int) -> WorkerProcess:
         self._generation += 1
-        return self.runtime.start_worker(f"w{slot}-{self._generation}", **self.env)
+        # each slot keeps its local state stores across restarts, as a pod keeps its volume
+        state = {"PROCESSOR_STATE_DIR": str(self.runtime.tmp_path / f"state-{slot}")}
+        return self.runtime.start_worker(f"w{slot}-{self._generation}", **{**state, **self.env})
 
     async def start(self) -> None:
         self.slots = [self._spawn(i) for i in range(self.size)]

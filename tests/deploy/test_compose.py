@@ -126,6 +126,15 @@ def test_mounted_files_exist(compose: dict[str, Any]) -> None:
                 assert (ROOT / source).exists(), f"{name} mounts missing {source}"
 
 
+def test_worker_state_dir_is_a_volume(compose: dict[str, Any]) -> None:
+    worker = compose["services"]["worker"]
+    state_dir = worker["environment"]["PROCESSOR_STATE_DIR"]
+    assert state_dir in [v.split(":")[0] for v in worker["volumes"]]  # writable, per container
+    assert worker["environment"]["PROCESSOR_BOOTSTRAP_SERVERS"]  # the shared env is kept
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"install -d -o 10001 -g 10001 -m 0700 {state_dir}" in dockerfile
+
+
 def test_prometheus_scrapes_workers_and_executors() -> None:
     config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     targets = {

@@ -279,6 +279,19 @@ def test_keyring_secret_is_mounted_where_the_worker_reads_it(
         assert env["PROCESSOR_KEYRING_FILE"] == mounts["keyring"]["mountPath"]
 
 
+def test_worker_state_dir_is_a_volume(rendered: tuple[str, list[dict[str, Any]]]) -> None:
+    _, docs = rendered
+    worker = next(d for d in docs if d["kind"] == "Deployment" and "worker" in d["metadata"]["name"])
+    pod = worker["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert env["PROCESSOR_STATE_DIR"] == mounts["state"]["mountPath"]
+    assert int(env["PROCESSOR_STATE_CACHE_MB"]) > 0
+    state = next(v for v in pod["volumes"] if v["name"] == "state")
+    assert state["emptyDir"]["sizeLimit"]
+
+
 def test_tool_registry_configmap_loads_as_a_registry(
     rendered: tuple[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:

@@ -514,11 +514,11 @@ class TestBoundsAndRecords:
         run, call = Run(), Call()
         run.feed(turn_started(), *call.stream(WEATHER))
         run.tick(100.0 + run.assembler.limits.retention_seconds - 1)
-        assert call.key in run.assembler.calls
+        assert call.key.as_tuple in run.assembler.inert
+        assert run.assembler.call_state(call.key) is CallState.DISPATCHED
         run.tick(100.0 + run.assembler.limits.retention_seconds + 1)
-        assert call.key not in run.assembler.calls
-        # control facts are swept once a minute (a full pass): the turn goes at the next sweep
-        run.tick(100.0 + run.assembler.limits.retention_seconds + 60)
+        assert call.key.as_tuple not in run.assembler.inert
+        assert run.assembler.call_state(call.key) is CallState.ABSENT
         assert run.assembler.control.turns == {}
 
     def test_keys_are_full_tuples(self) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from processor.core.assembler import Assembler
-from processor.core.events import Dispatch
+from processor.core.events import Dispatch, encode
+from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
 from tests.unit.scenario import Call, registry, turn_started
 
@@ -66,6 +67,96 @@ def test_text_records_are_deleted_once_the_call_ends() -> None:
     assembler = Assembler(registry(), Limits())
     for event in [turn_started(), *call.stream('{"city": "Lima"}', 4)]:
         assembler.handle(event, 100.0)
-    drain(assembler, store, [])
+        drain(assembler, store, [])  # one transaction per event: each text is written
     texts = {k: v for k, v in store.items() if k.startswith("text:")}
     assert texts and all(v is None for v in texts.values())
+
+
+def test_a_text_written_and_dropped_within_one_transaction_is_never_logged() -> None:
+    call = Call()
+    assembler = Assembler(registry(), Limits())
+    for event in [turn_started(), *call.stream('{"city": "Lima"}', 4)]:
+        assembler.handle(event, 100.0)
+    changes = assembler.drain_changes()
+    assert changes and not [c for c in changes if c.key.startswith("text:")]
+    call_records = [c for c in changes if c.key.startswith("call:")]
+    assert len(call_records) == 1 and len(call_records[0].value or b"") < 200
+
+
+def test_a_text_logged_before_is_deleted_even_if_rewritten_in_the_last_batch() -> None:
+    """A text first written in an earlier transaction keeps its tombstone."""
+    call, store = Call(), {}
+    assembler = Assembler(registry(), Limits())
+    events = [turn_started(), *call.stream('{"city": "Lima"}', 4)]
+    for event in events[:3]:
+        assembler.handle(event, 100.0)
+    drain(assembler, store, [])
+    written = {k for k, v in store.items() if k.startswith("text:") and v is not None}
+    assert written
+    for event in events[3:]:
+        assembler.handle(event, 100.0)
+    drain(assembler, store, [])
+    assert all(store[k] is None for k in written)
+    assert restored(store).inert == assembler.inert
+
+
+def test_terminal_calls_restore_exactly_and_absorb_their_replays() -> None:
+    call, store = Call(), {}
+    assembler = Assembler(registry(), Limits())
+    events = [turn_started(), *call.stream('{"city": "Lima"}', 4)]
+    out = [o for e in events for o in assembler.handle(e, 100.0)]
+    assert [o for o in out if isinstance(o, Dispatch)]
+    drain(assembler, store, [])
+    again = restored(store)
+    assert again.inert == assembler.inert and again.calls == {}
+    replay = [o for e in events[1:] for o in again.handle(e, 101.0)]
+    assert replay == [] and again.late_events == len(events) - 2  # not turn or response end
+
+
+def test_the_count_bound_forgets_the_oldest_and_makes_its_events_stale() -> None:
+    limits = Limits(max_inert_calls=3)
+    assembler, store = Assembler(registry(), limits), {}
+    calls = [
+        Call(call_id=f"call_{i}", turn_id=f"turn-{i}", response_id=f"resp-{i}", ts=100.0 + i)
+        for i in range(5)
+    ]
+    for i, call in enumerate(calls):
+        for event in [turn_started(f"turn-{i}"), *call.stream('{"city": "Lima"}', 2)]:
+            assembler.handle(event, 100.0 + i)
+    drain(assembler, store, [])
+    assert sorted(k[4] for k in assembler.inert) == ["call_2", "call_3", "call_4"]
+    assert assembler.evicted_before == 101.0
+    again = restored(store)
+    assert again.inert == assembler.inert and again.evicted_before == 101.0
+    # a replay of a forgotten call is stale, it does not open the call again
+    source = RecordSource("fragments", 0, 0)
+    out = again.handle_record(encode(calls[0].start()), source, 200.0)
+    assert [o.reason for o in out] == ["stale_event"]  # type: ignore[union-attr]
+    assert again.calls == {}
+
+
+def test_a_malformed_changelog_record_is_skipped_with_its_reason() -> None:
+    call, store = Call(), {}
+    assembler = Assembler(registry(), Limits())
+    for event in [turn_started(), call.start(), call.delta(1, '{"city": ')]:
+        assembler.handle(event, 100.0)
+    drain(assembler, store, [])
+    fresh = Assembler(registry(), Limits())
+    damaged = [
+        ("call:not-a-key", b"{}"),
+        ("text:" + "x", b'"a"'),
+        ("turn:[]", b"{}"),
+        ("nonsense", b"1"),
+        (next(k for k in store if k.startswith("call:")), b"\xff not json"),
+        (next(k for k in store if k.startswith("call:")), b'{"key": [1], "state": "x"}'),
+        (next(k for k in store if k.startswith("turn:")), b"[1, 2]"),
+        (next(k for k in store if k.startswith("text:")), b"{}"),
+    ]
+    reasons = [fresh.restore(k, v) for k, v in damaged]
+    assert all(reasons), reasons
+    assert fresh.calls == {} and fresh.inert == {} and fresh.control.turns == {}
+    for key, value in store.items():  # the good records still restore the call exactly
+        assert fresh.restore(key, value) is None
+    out = fresh.handle(call.delta(2, '"Oslo"}'), 100.0) + fresh.handle(call.end(3), 100.0)
+    out += fresh.handle(call.done(), 100.0)
+    assert [o.arguments for o in out if isinstance(o, Dispatch)] == [{"city": "Oslo"}]

@@ -147,6 +147,7 @@ def test_2_a_unit_separator_in_an_id_never_crashes_the_changelog(field: str) -> 
         assembler.drain_changes()  # raised ValueError before the fix
     assert all(isinstance(o, DeadLetter) for o in outputs)
     assert assembler.calls == {}
+    assert assembler.inert == {}
 
 
 @pytest.mark.parametrize("tenant", ["a/b", "*"])
@@ -248,6 +249,7 @@ def test_2_the_changelog_round_trips_hostile_ids_in_every_key_part(hostile: str)
     assert {k: b.texts for k, b in second.calls.items()} == {
         k: b.texts for k, b in first.calls.items()
     }
+    assert second.inert == first.inert
     _same_control(first, second)
 
 

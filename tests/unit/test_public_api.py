@@ -26,7 +26,7 @@ PUBLIC = {
     "ProcessorError", "RecordRejected", "AssemblyError", "MalformedJson", "UnknownTool",
     "SchemaInvalid", "BusinessInvalid", "LimitExceeded", "ProtocolViolation", "SequenceGap",
     "DuplicateConflict", "ArgumentsMismatch", "InvalidTransition", "RegistryError",
-    "ConfigurationError", "AdapterError", "CorruptState",
+    "ConfigurationError", "AdapterError",
 }  # fmt: skip
 
 
