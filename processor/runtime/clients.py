@@ -181,8 +181,8 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 class ProducerDiscarded(KafkaError):  # type: ignore[misc]  # aiokafka is untyped
     """What the batches of a producer dropped by :func:`discard_producer` fail with."""
 
-    def __init__(self) -> None:
-        super().__init__("producer discarded after a failed transaction")
+    def __init__(self, *args: object) -> None:  # aiokafka copies it: copy.copy(exc)
+        super().__init__(*(args or ("producer discarded after a failed transaction",)))
 
 
 def ignore_fenced_leftovers(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
