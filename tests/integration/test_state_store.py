@@ -114,6 +114,33 @@ async def test_a_restarted_worker_restores_only_the_tail(runtime: Runtime, tmp_p
         store.close()
 
 
+class _OpenTransactionProbe:
+    """Two started readers of changelog partition 0 (read_uncommitted, read_committed)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.structs import TopicPartition
+
+        self.tp = TopicPartition(runtime.topics.changelog, 0)
+        self.readers = [
+            AIOKafkaConsumer(isolation_level=iso, **runtime.settings.kafka_client_kwargs())
+            for iso in ("read_uncommitted", "read_committed")
+        ]
+
+    async def __aenter__(self) -> _OpenTransactionProbe:
+        for reader in self.readers:
+            await reader.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for reader in self.readers:
+            await reader.stop()
+
+    async def open(self) -> bool:
+        high, stable = [(await r.end_offsets([self.tp]))[self.tp] for r in self.readers]
+        return bool(high > stable)
+
+
 async def _open_changelog_transaction(runtime: Runtime) -> bool:
     """Whether changelog partition 0 holds records of a transaction still open (HW > LSO)."""
     from aiokafka import AIOKafkaConsumer
@@ -147,7 +174,7 @@ async def test_a_worker_killed_inside_a_transaction_leaves_only_committed_state_
     feeding = asyncio.create_task(traffic())
     inside = False
     try:
-        for attempt in range(8):  # until a SIGKILL lands while a transaction is open
+        for attempt in range(15):  # until a SIGKILL lands while a transaction is open
             worker = runtime.start_worker(f"w{attempt}", PROCESSOR_STATE_DIR=str(state_dir))
             await worker.wait_ready()
             seen = len(await runtime.dispatches())
@@ -156,6 +183,12 @@ async def test_a_worker_killed_inside_a_transaction_leaves_only_committed_state_
                 return len(await runtime.dispatches()) >= seen + 20
 
             await wait_until(progressing, timeout=60, what="the worker processing calls")
+            # kill the moment the changelog shows an open transaction (two readers kept open,
+            # so the check is one ListOffsets round trip each), then check it stayed open
+            async with _OpenTransactionProbe(runtime) as probe:
+                for _ in range(300):
+                    if await probe.open():
+                        break
             worker.kill()
             await worker.wait_exit()
             inside = await _open_changelog_transaction(runtime)
