@@ -174,6 +174,9 @@ class Assembler:
         self._barrier_held: dict[CallKey, int] = {}  # of those, the ones held by the barrier only
         self._recheck_awaiting = False  # after a restore: look at every awaiting call once
         self._control_position: int | None = None  # how far this partition's control is applied
+        # terminal candidates waiting for their turn's binding while control is not yet applied
+        # up to their barrier (the binding may be there): key → barrier, about in barrier order
+        self._unbound_lagging: dict[CallKey, int] = {}
         self.late_events = 0  # events for absorbing calls, ignored (a delivery condition)
         self.duplicate_deltas = 0
 
@@ -267,6 +270,12 @@ class Assembler:
         else:
             self._control_position = position
         out: list[OutputRecord] = []
+        lagging = self._unbound_lagging
+        while lagging:  # inserted about in barrier order: the front passes first
+            key, barrier = next(iter(lagging.items()))
+            if barrier > position:
+                break
+            del lagging[key]
         if self._recheck_awaiting:
             self._recheck_awaiting = False
             waiting = list(self._awaiting.values())
@@ -282,8 +291,18 @@ class Assembler:
 
     @property
     def holds_for_control(self) -> bool:
-        """Whether some call waits only for ``control`` to be applied further."""
-        return bool(self._barrier_held) or self._recheck_awaiting
+        """Whether some call waits for ``control`` to be applied further."""
+        return bool(self._barrier_held) or bool(self._unbound_lagging) or self._recheck_awaiting
+
+    @property
+    def waiting_for_control(self) -> int:
+        """How many open calls wait for ``control`` to be applied up to their barrier: held by
+        it after validation, or waiting for their turn's binding, which may be before it.
+
+        The runtime's back-pressure (:mod:`processor.runtime.partition`): reading fragments far
+        ahead of control on a backlog would keep every call read open until control catches up.
+        """
+        return len(self._barrier_held) + len(self._unbound_lagging)
 
     def tick(self, now: float) -> list[OutputRecord]:
         """Expire idle buffers, unbound candidates, unanswered confirmations; forget old state."""
@@ -550,7 +569,11 @@ class Assembler:
             if buf.awaiting_binding_since is None:
                 buf.awaiting_binding_since = now
                 self._touch(buf)
+            barrier, position = buf.barrier, self._control_position
+            if barrier is not None and (position is None or position < barrier):
+                self._unbound_lagging[buf.key] = barrier
             return
+        self._unbound_lagging.pop(buf.key, None)
         resolution = self.registry.resolve(buf.tool or "")
         if resolution is None:
             buf.validation_result = "unknown_tool"
@@ -856,6 +879,7 @@ class Assembler:
     def _uncount(self, buf: CallBuffer) -> None:
         self._awaiting.pop(buf.key, None)
         self._barrier_held.pop(buf.key, None)
+        self._unbound_lagging.pop(buf.key, None)
         if not buf.counted:
             return
         buf.counted = False

@@ -37,6 +37,12 @@ RECORDS_SKIPPED: Final = Counter(
     "Fetched records not processed (already processed, or fetched before a partition reset).",
     ["topic"],
 )
+FRAGMENTS_PAUSED: Final = Counter(
+    "toolcall_fragments_paused",
+    "Times a partition's fragments were paused until control caught up (back-pressure on a "
+    "backlog: calls read ahead of control wait for it, open).",
+    ["partition"],
+)
 CONSUMER_LAG: Final = Gauge(
     "toolcall_consumer_lag_records",
     "Last stable offset minus the next offset to process, per input partition.",

@@ -42,6 +42,16 @@ or denial committed before its terminal wins, across batches, restarts and rebal
 barrier is an offset, and it is kept in the changelog with the call). Only those calls wait;
 the rest of the partition flows. Executors still re-check at execution time (§7).
 
+Back-pressure. On a backlog the consumer reads fragments faster than the turn bindings and
+cancellations on ``control``, and every call read ahead of control stays open until control
+catches up: a tenant with more such calls than ``max_open_buffers_per_tenant`` would lose the
+rest to ``buffer_limit``. So once ``hold_at`` calls (half the smaller open-buffer bound) wait
+for control, ``build`` hands no further fragment of the batch to the Assembler
+(``Step.held_from``); the worker seeks fragments back to that record and pauses them until
+control is applied up to the batch's barrier or no call waits for it any more (control itself
+is never paused, so that always comes). Only calls that wait for control count: open buffers
+that wait for their own events (an abandoned stream) never pause a partition.
+
 ``traceparent``: each output takes the header of the input record that caused it; outputs of
 ``tick`` (idle expiry) and outputs caused by a record without the header use the last traceparent
 seen on a fragment of the same turn (a bounded, in-memory map: lost on restart).
@@ -116,6 +126,8 @@ class Step:
     commands: list[tuple[str, str, str]] = field(default_factory=list)  # (type, outcome, rejection)
     dispatch_triggers: list[float] = field(default_factory=list)  # trigger record times (s)
     changes: list[tuple[str, bytes | None]] = field(default_factory=list)  # for the local store
+    # back-pressure: the first fragment offset not handed over (read again after the pause)
+    held_from: int | None = None
 
 
 class PartitionTask:
@@ -151,6 +163,11 @@ class PartitionTask:
         self._traces: OrderedDict[str, str] = OrderedDict()
         self.store: StateStore | None = None  # the local store (PROCESSOR_STATE_DIR), if any
         self.store_records = 0  # records loaded from the local store by the last prepare
+        # back-pressure (see the module docstring): fragments are paused until control is
+        # applied up to this offset, or until no call waits for control any more
+        limits = settings.limits
+        self.hold_at = max(1, min(limits.max_open_buffers_per_tenant, limits.max_open_buffers) // 2)
+        self.fragments_paused_until: int | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -162,6 +179,7 @@ class PartitionTask:
         """Fence, restore, seek (see the module docstring). Raises on failure or timeout."""
         s = self.settings
         self.state = TaskState.PREPARING
+        self.fragments_paused_until = None  # the worker resumes the partition once ready
         await self.close_producer()
         producer = AIOKafkaProducer(
             transactional_id=self.transactional_id,
@@ -365,6 +383,11 @@ class PartitionTask:
             if record.offset < self.expected.get(tp, 0):
                 step.skipped[role] = step.skipped.get(role, 0) + 1
                 continue
+            if role == "fragments" and barrier is not None:
+                if step.held_from is None and self.assembler.waiting_for_control >= self.hold_at:
+                    step.held_from = record.offset  # this one and the rest wait for control
+                if step.held_from is not None:
+                    continue
             step.plan.offsets[tp] = record.offset + 1
             step.consumed[role] = step.consumed.get(role, 0) + 1
             trace = traceparent_of(record.headers)
@@ -378,7 +401,7 @@ class PartitionTask:
         if control_position is not None:
             for out in self.assembler.advance_control(control_position, now):
                 self._emit(step, out, None, now)
-        if tick:
+        if tick and step.held_from is None:  # held fragments may hold what a buffer awaits
             self.last_tick = now
             for out in self.assembler.tick(now):
                 self._emit(step, out, None, None)

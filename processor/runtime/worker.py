@@ -45,7 +45,7 @@ from processor.observability.health import HealthServer
 from processor.observability.logging import fields
 from processor.runtime.assignment import PartitionManager
 from processor.runtime.clients import admin_client, ignore_fenced_leftovers, stop_consumer
-from processor.runtime.partition import PartitionTask, Step
+from processor.runtime.partition import PartitionTask, Step, TaskState
 from processor.runtime.reachability import BrokerWatch, wait_for_broker
 from processor.runtime.topics import check_copartitioning, describe_topics
 from processor.runtime.transaction import TransactionFailed
@@ -240,6 +240,8 @@ class Worker:
                 continue
             position = await _position(consumer, task.control_tp)
             step = task.build(records, now, tick=tick, barrier=barrier, control_position=position)
+            if step.held_from is not None and barrier is not None:
+                self._pause_fragments(consumer, task, step.held_from, barrier)
             if not step.plan.empty:
                 steps.append((task, step))
         for leftover in by_partition.values():  # partitions that are not ready (or not ours)
@@ -247,6 +249,43 @@ class Worker:
                 metrics.RECORDS_SKIPPED.labels(role).inc(len(rs))
         if steps:
             await asyncio.gather(*(self._commit(task, step) for task, step in steps))
+        self._resume_fragments(consumer, tasks)
+
+    def _pause_fragments(
+        self, consumer: AIOKafkaConsumer, task: PartitionTask, held_from: int, barrier: int
+    ) -> None:
+        """Back-pressure (:mod:`.partition`): read fragments again from ``held_from`` once
+        control is applied up to ``barrier``; control keeps flowing meanwhile."""
+        consumer.seek(task.fragments_tp, held_from)
+        if task.fragments_paused_until is None:
+            consumer.pause(task.fragments_tp)
+            metrics.FRAGMENTS_PAUSED.labels(str(task.partition)).inc()
+            log.info(
+                "fragments paused until control catches up",
+                extra=fields(
+                    partition=task.partition,
+                    waiting_calls=task.assembler.waiting_for_control,
+                    control_applied=task.assembler.control_position,
+                    barrier=barrier,
+                ),
+            )
+        task.fragments_paused_until = max(barrier, task.fragments_paused_until or 0)
+
+    def _resume_fragments(self, consumer: AIOKafkaConsumer, tasks: Sequence[PartitionTask]) -> None:
+        """Resume the paused fragments whose calls no longer wait for control (or that a
+        reset left paused: a prepared task starts unpaused)."""
+        paused = consumer.paused()
+        if not paused:
+            return
+        for task in tasks:
+            until = task.fragments_paused_until
+            if until is not None:
+                applied = task.assembler.control_position
+                if task.assembler.waiting_for_control and (applied is None or applied < until):
+                    continue
+                task.fragments_paused_until = None
+            if task.fragments_tp in paused and task.state is TaskState.READY:
+                consumer.resume(task.fragments_tp)
 
     async def _barriers(
         self,

@@ -207,3 +207,85 @@ def test_no_batching_lets_a_call_overtake_a_cancel_committed_before_its_terminal
         assert len(p.dispatches) == 1
     else:  # cancelled after both terminals were written: either outcome is causal
         assert len(p.dispatches) <= 1
+
+
+# -- what the runtime's back-pressure counts (issue 11): calls that wait for control --------
+
+
+def test_calls_read_ahead_of_their_binding_wait_for_control_until_it_is_applied() -> None:
+    """A backlog read fragments-first: the calls wait for their turn's binding, which control
+    holds before their barrier; once control is applied that far none waits any more."""
+    p = fresh()
+    calls = [Call(call_id=f"c{i}", turn_id=f"turn-{i}") for i in range(5)]
+    for call in calls:
+        for event in call.stream(WEATHER):
+            p.fragment(event, barrier=5)  # control: the five turn.started, offsets 0-4
+    assert p.assembler.waiting_for_control == 5
+    assert p.assembler.holds_for_control
+    for i in range(5):
+        p.control(turn_started(f"turn-{i}"), i)
+    assert p.assembler.waiting_for_control == 0
+    assert not p.assembler.holds_for_control
+    assert len(p.dispatches) == 5
+
+
+def test_an_unbound_call_past_its_barrier_does_not_wait_for_control() -> None:
+    """Control applied up to the barrier without the binding: the call waits for the binding
+    (and its expiry), not for control, so it must not keep a partition's fragments paused."""
+    p, call = fresh(), Call()
+    for event in call.stream(WEATHER):
+        p.fragment(event, barrier=2)
+    assert p.assembler.waiting_for_control == 1
+    p.control(turn_started("another-turn"), 0)
+    p.position(2)
+    assert p.assembler.waiting_for_control == 0
+    assert p.assembler.call_state(call.key) is CallState.TERMINAL_CANDIDATE
+    late = fresh()
+    late.position(2)
+    for event in call.stream(WEATHER):
+        late.fragment(event, barrier=2)  # its barrier is already applied: it waits for nothing
+    assert late.assembler.waiting_for_control == 0
+
+
+def test_a_call_held_by_the_barrier_counts_and_a_cancelled_one_does_not() -> None:
+    p = fresh()
+    held, cancelled = Call(call_id="held"), Call(call_id="gone", turn_id="turn-2")
+    p.control(turn_started(), 0)
+    p.control(turn_started("turn-2"), 1)
+    for event in held.stream(WEATHER) + cancelled.stream(WEATHER):
+        p.fragment(event, barrier=4)
+    assert p.assembler.waiting_for_control == 2
+    p.control(turn_cancelled("turn-2"), 2)
+    assert p.assembler.waiting_for_control == 1
+    p.position(4)
+    assert p.assembler.waiting_for_control == 0
+    assert [d.call_id for d in p.dispatches] == ["held"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.integers(1, 12), st.booleans()), min_size=1, max_size=40
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_waiting_for_control_reaches_zero_once_control_is_applied_to_every_barrier(
+    writes: list[tuple[int, int, bool]], rnd: Any
+) -> None:
+    """Whatever the order, once control is applied up to the highest barrier no call waits for
+    it: so a partition paused until then always resumes (the runtime's progress argument)."""
+    p = fresh()
+    top = 0
+    for n, (turn, barrier, bound_first) in enumerate(writes):
+        call = Call(call_id=f"c{n}", turn_id=f"turn-{turn}")
+        if bound_first:
+            p.control(turn_started(f"turn-{turn}"), p.control_applied)
+        events = call.stream(WEATHER)
+        if rnd.random() < 0.5:
+            events = events[:-1]  # the response has not ended yet
+        for event in events:
+            p.fragment(event, barrier=p.control_applied + barrier)
+        top = max(top, p.control_applied + barrier)
+        assert p.assembler.waiting_for_control <= n + 1
+    p.position(top)
+    assert p.assembler.waiting_for_control == 0
