@@ -74,7 +74,12 @@ def arguments(n: int) -> str:
     return ARGS % ("harbour road " * 10 + str(n))  # ~200 bytes
 
 
-TENANTS = 200  # calls spread over tenants: a tenant holds at most 1,000 open calls a partition
+TENANTS = 200  # calls spread over tenants (--tenants; 1 works too, with back-pressure)
+
+
+def set_tenants(n: int) -> None:
+    global TENANTS
+    TENANTS = n
 
 
 def call_records(n: int, prefix: str, ts: float | None = None) -> tuple[Any, list[Any]]:
@@ -525,6 +530,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "benchmark": "worker_kafka",
         "calls": args.calls,
+        "tenants": args.tenants,
         "partitions": args.partitions,
         "repeat": args.repeat,
         "throughput": summarize(runs),
@@ -607,6 +613,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     pt.add_argument("--name", default="pt")
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--tenants", type=int, default=TENANTS, help="calls spread over N tenants")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--latency-seconds", type=float, default=20.0, help="0: no latency run")
     parser.add_argument("--timeout", type=float, default=600.0, help="per throughput run")
@@ -616,6 +623,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     if args.command == "passthrough":
         asyncio.run(passthrough(args.prefix, args.partitions, args.group, args.out, args.name))
         return None
+    set_tenants(args.tenants)
     result = asyncio.run(measure(args))
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(result, indent=2) + "\n")

@@ -5,8 +5,10 @@ facts, the command of each section, its figures (medians, ratios) and, for each 
 issue 11, whether it is met, with the reason when it is not.
 
     .venv/bin/python bench/run_all.py                 # everything, full scale (tens of minutes)
-    .venv/bin/python bench/run_all.py --only core     # some sections (core, worker, cli, gating,
-                                                      # assembler, jsonscan, attack)
+    .venv/bin/python bench/run_all.py --only core     # run some sections (core, worker, cli,
+                                                      # gating, assembler, jsonscan, attack); the
+                                                      # others keep their last figures
+                                                      # (bench/results/<key>.section.json)
     .venv/bin/python bench/run_all.py --smoke --doc /tmp/b.md --results /tmp/r
                                                       # minimal scale: what ``make test`` runs
 
@@ -168,13 +170,7 @@ def machine() -> list[str]:
                 break
     except OSError:
         pass
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    commit = _commit()
     return [
         f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; commit {commit or '?'}",
         f"- CPUs (nproc): {os.cpu_count()}; CPU model: {cpu}",
@@ -281,40 +277,47 @@ def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="every benchmark at minimal scale")
-    parser.add_argument("--only", default="", help="comma-separated section keys")
-    parser.add_argument("--doc", type=Path, default=DOC)
-    parser.add_argument("--results", type=Path, default=HERE / "results")
-    parser.add_argument("--notes", type=Path, default=HERE / "benchmarks_notes.md")
-    parser.add_argument(
-        "--reuse",
-        default="",
-        help="comma-separated section keys rendered from their last results JSON, not re-run",
-    )
-    args = parser.parse_args(argv)
-    wanted = {k.strip() for k in args.only.split(",") if k.strip()}
-    args.results.mkdir(parents=True, exist_ok=True)
-    parts: list[str] = []
-    summaries: dict[str, dict[str, Any]] = {}
-    status = 0
-    for section in SECTIONS:
-        if wanted and section.key not in wanted:
-            continue
-        if args.smoke and section.smoke is None:
-            continue
-        reuse = section.key in {k.strip() for k in args.reuse.split(",")}
-        text, summary = run_section(section, args.smoke, args.results, reuse)
-        parts.append(text)
-        summaries[section.key] = summary
-        status |= summary["status"]
-    page = [
+def _stored(results: Path, key: str) -> dict[str, Any] | None:
+    path = results / f"{key}.section.json"
+    if not path.exists():
+        return None
+    stored: dict[str, Any] = json.loads(path.read_text())
+    return stored
+
+
+def _store(results: Path, key: str, text: str, summary: dict[str, Any]) -> None:
+    ended = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    record = {"markdown": text, "summary": summary, "ended": ended, "commit": _commit()}
+    (results / f"{key}.section.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+
+
+def page(
+    sections: list[tuple[Section, str | None, dict[str, Any] | None, str | None]],
+    *,
+    smoke: bool,
+    notes: str,
+    appendices: list[str],
+) -> str:
+    """The whole page: every section in order, each from this run or from the run that last
+    produced it (``ran_at`` says which); a section never run says how to run it."""
+    summaries = {sec.key: summary for sec, _, summary, _ in sections if summary is not None}
+    lines = [
         "# Benchmarks",
         "",
-        "Written by `make bench` (`python bench/run_all.py`); every figure below comes from "
-        "the run described here."
-        + (" **Smoke run: minimal scale, not figures.**" if args.smoke else ""),
+        "Written by `make bench` (`python bench/run_all.py`), which runs every section; "
+        "`python bench/run_all.py --only <keys>` runs some and keeps the others' last figures, "
+        "each section saying when and at which commit it ran."
+        + (" **Smoke run: minimal scale, not figures.**" if smoke else ""),
         "",
         "## Machine",
         "",
@@ -325,11 +328,81 @@ def main(argv: list[str] | None = None) -> int:
         *verdicts(summaries),
         "",
     ]
-    if args.notes.exists():
-        page += [args.notes.read_text().strip(), ""]
-    page += ["\n\n".join(parts), ""]
+    if notes:
+        lines += [notes.strip(), ""]
+    for sec, text, _, ran_at in sections:
+        if text is None:
+            lines += [
+                f"## {sec.title}",
+                "",
+                f"Not run yet: `python bench/run_all.py --only {sec.key}`.",
+                "",
+            ]
+            continue
+        lines += [text if ran_at is None else f"{text}\n\n_({ran_at}.)_", ""]
+    for appendix in appendices:
+        lines += [appendix.strip(), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="every benchmark at minimal scale")
+    parser.add_argument(
+        "--only", default="", help="comma-separated section keys to run (the others are kept)"
+    )
+    parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--notes", type=Path, default=HERE / "benchmarks_notes.md")
+    parser.add_argument(
+        "--appendix",
+        type=Path,
+        action="append",
+        default=None,
+        help="hand-written sections appended as they are (default: bench/benchmarks_*.md "
+        "other than the notes)",
+    )
+    parser.add_argument(
+        "--reuse",
+        default="",
+        help="comma-separated section keys rendered from their last results JSON, not re-run",
+    )
+    args = parser.parse_args(argv)
+    wanted = {k.strip() for k in args.only.split(",") if k.strip()}
+    unknown = wanted - {sec.key for sec in SECTIONS}
+    if unknown:
+        parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    reuse = {k.strip() for k in args.reuse.split(",") if k.strip()}
+    args.results.mkdir(parents=True, exist_ok=True)
+    status = 0
+    rendered: list[tuple[Section, str | None, dict[str, Any] | None, str | None]] = []
+    for section in SECTIONS:
+        runs = (not wanted or section.key in wanted) and not (args.smoke and section.smoke is None)
+        if runs:
+            text, summary = run_section(section, args.smoke, args.results, section.key in reuse)
+            status |= summary["status"]
+            if summary["status"] == 0:
+                _store(args.results, section.key, text, summary)
+            rendered.append((section, text, summary, None))
+            continue
+        stored = None if args.smoke else _stored(args.results, section.key)
+        if stored is None:
+            rendered.append((section, None, None, None))
+        else:
+            ran_at = f"kept from the run of {stored['ended']}, commit {stored['commit']}"
+            rendered.append((section, stored["markdown"], stored["summary"], ran_at))
+    appendices = args.appendix
+    if appendices is None:
+        appendices = sorted(p for p in HERE.glob("benchmarks_*.md") if p != args.notes)
+    notes = args.notes.read_text() if args.notes.exists() else ""
+    text = page(
+        rendered,
+        smoke=args.smoke,
+        notes=notes,
+        appendices=[p.read_text() for p in appendices if p.exists()],
+    )
     args.doc.parent.mkdir(parents=True, exist_ok=True)
-    args.doc.write_text("\n".join(page))
+    args.doc.write_text(text)
     print(f"wrote {args.doc}")
     return status
 

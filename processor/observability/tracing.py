@@ -32,7 +32,15 @@ except ImportError:  # pragma: no cover - exercised when the extra is not instal
     _trace = None  # type: ignore[assignment]
     TraceContextTextMapPropagator = None  # type: ignore[assignment,misc]
 
-__all__ = ["ENABLED", "SpanKindName", "annotate", "current_traceparent", "kafka_attributes", "span"]
+__all__ = [
+    "ENABLED",
+    "SpanKindName",
+    "annotate",
+    "current_traceparent",
+    "kafka_attributes",
+    "recording",
+    "span",
+]
 
 ENABLED: Final = _trace is not None
 """True when ``opentelemetry-api`` is importable."""
@@ -119,6 +127,16 @@ def span(
             current.set_attribute("error.type", type(exc).__name__)
             current.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__name__))
             raise
+
+
+def recording() -> bool:
+    """Whether spans can be recorded: OpenTelemetry is importable and a tracer provider other
+    than the API's default (proxy, no-op) is installed. Without one a span is a non-recording
+    carrier of its parent's context, which a caller holding that context may skip."""
+    if _trace is None:
+        return False
+    provider = _trace.get_tracer_provider()
+    return not isinstance(provider, (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider))
 
 
 def annotate(attributes: Mapping[str, AttributeValue]) -> None:

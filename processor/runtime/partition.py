@@ -95,7 +95,7 @@ from processor.runtime.codec import (
     traceparent_of,
     valid_traceparent,
 )
-from processor.runtime.partitioner import misrouted
+from processor.runtime.partitioner import default_partitioner, misrouted
 from processor.runtime.restore import RestoreGap, RestoreResult, restore_partition
 from processor.runtime.store import RocksStore, StateStore
 from processor.runtime.transaction import CommitPlan
@@ -186,6 +186,7 @@ class PartitionTask:
             transaction_timeout_ms=s.transaction_timeout_ms,
             max_request_size=s.max_message_bytes,
             linger_ms=5,
+            partitioner=default_partitioner,
             **{**s.kafka_client_kwargs(), "client_id": f"{s.client_id}-txn-{self.partition}"},
         )
         try:
@@ -501,7 +502,10 @@ class PartitionTask:
     def _trace_decision(self, out: Ledger | Dispatch, trace: str | None) -> str | None:
         """The span of an assembly decision (a ledger record: dispatched, failed, …) or of a
         dispatch (a ``send`` to the dispatch topic, whose context the dispatch record carries on
-        to the executor). Without OpenTelemetry: no span, ``trace`` unchanged."""
+        to the executor). Without OpenTelemetry, or with nothing recording spans: no span,
+        ``trace`` unchanged (a non-recording span would only carry ``trace`` on)."""
+        if not tracing.recording():
+            return trace if isinstance(out, Ledger) else valid_traceparent(trace)
         if isinstance(out, Ledger):
             attributes: dict[str, tracing.AttributeValue] = {
                 "toolcall.tool": out.tool or "",

@@ -74,6 +74,7 @@ class Worker:
         self._last_lag = 0.0
         self.health: HealthServer | None = None
         self.broker = BrokerWatch(settings, on_lost=self._fatal)
+        self._offsets: AIOKafkaConsumer | None = None  # the barrier's own connections
 
     def new_assembler(self) -> Assembler:
         return Assembler(self.registry, self.limits, verifier=self.verifier)
@@ -124,6 +125,7 @@ class Worker:
                 await self.health.stop()
             raise
         consumer = self._consumer()
+        self._offsets = self._offsets_reader()
         self.manager.consumer = consumer
         consumer.subscribe([self.topics.fragments, self.topics.control], listener=self.manager)
         loop = asyncio.get_running_loop()
@@ -133,6 +135,7 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
         watch = asyncio.create_task(self.broker.run())
         try:
+            await self._offsets.start()
             await consumer.start()
             log.info(
                 "worker started",
@@ -142,6 +145,8 @@ class Worker:
         finally:
             watch.cancel()
             await self._shutdown(consumer)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(stop_consumer(self._offsets), 10)
         if isinstance(self._fatal_error, Unavailable):
             raise self._fatal_error
         return 0 if self._fatal_error is None else 1
@@ -169,6 +174,15 @@ class Worker:
             fetch_max_wait_ms=s.poll_timeout_ms,
             **s.kafka_client_kwargs(),
         )
+
+    def _offsets_reader(self) -> AIOKafkaConsumer:
+        """A consumer that only answers ``end_offsets`` (no group, no subscription) for the
+        barrier. The group consumer's own connection would queue the ListOffsets behind its
+        pending fetch (a broker answers a connection's requests in order): the barrier took
+        ~30 ms a batch that way, a third of the worker's time on a backlog."""
+        s = self.settings
+        kwargs = {**s.kafka_client_kwargs(), "client_id": f"{s.client_id}-barrier"}
+        return AIOKafkaConsumer(isolation_level="read_committed", **kwargs)
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         stop_wait = asyncio.create_task(self._stop.wait())
@@ -306,9 +320,10 @@ class Worker:
         }
         if not wanted:
             return {}
+        reader = self._offsets if self._offsets is not None else consumer
         try:
             ends = await asyncio.wait_for(
-                consumer.end_offsets(list(wanted)), self.settings.request_timeout_ms / 1000
+                reader.end_offsets(list(wanted)), self.settings.request_timeout_ms / 1000
             )
         except (KafkaError, TimeoutError) as exc:
             log.warning("control barrier unavailable; batch re-read", extra=fields(error=repr(exc)))

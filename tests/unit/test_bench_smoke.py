@@ -71,3 +71,32 @@ def test_run_all_writes_the_page(tmp_path: Path) -> None:
         assert heading in page
     assert "## Core, no Kafka" in page and "Command: `python bench/bench_core_peers.py" in page
     assert "nproc" in page and "Smoke run" in page
+
+
+def test_running_some_sections_keeps_the_others_figures(tmp_path: Path) -> None:
+    """``--only`` must not drop the sections it does not run (a partial run once wrote a page
+    with an empty targets table and half its sections)."""
+    run_all = load("run_all")
+    doc = tmp_path / "benchmarks.md"
+    assert (
+        run_all.main(["--smoke", "--only", "core", "--doc", str(doc), "--results", str(tmp_path)])
+        == 0
+    )
+    assert run_all.main(["--only", "gating", "--doc", str(doc), "--results", str(tmp_path)]) == 0
+    page = doc.read_text()
+    assert "## Gating delay" in page and "## Core, no Kafka" in page
+    assert "kept from the run of" in page  # the core section, with when and where it ran
+    assert "| core: " in page  # its targets still in the table
+    assert "Not run yet: `python bench/run_all.py --only worker`" in page
+
+
+def test_the_committed_page_has_every_section_and_its_targets() -> None:
+    run_all = load("run_all")
+    page = (BENCH.parent / "docs" / "benchmarks.md").read_text()
+    for section in run_all.SECTIONS:
+        assert f"## {section.title}" in page
+        assert f"Not run yet: `python bench/run_all.py --only {section.key}`" not in page
+    targets = page.split("## Targets (issue 11)", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
+    for prefix in ("| core: ", "| worker: throughput", "| worker: p99", "| CLI: "):
+        assert any(row.startswith(prefix) for row in rows), prefix

@@ -1,0 +1,27 @@
+"""The worker's cached partitioner puts every key where aiokafka's (and Java's) default does.
+
+Turn-scoped outputs and the misrouting check depend on it: a different partition would split a
+turn between workers or executors.
+"""
+
+from __future__ import annotations
+
+from aiokafka.partitioner import DefaultPartitioner, murmur2
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processor.runtime.partitioner import default_partitioner, partition_for
+
+
+@given(st.binary(max_size=300), st.integers(1, 64))
+def test_the_cached_partitioner_agrees_with_aiokafkas(key: bytes, count: int) -> None:
+    partitions = list(range(count))
+    expected = DefaultPartitioner()(key, partitions, partitions)
+    assert default_partitioner(key, partitions, partitions) == expected
+    assert default_partitioner(key, partitions, partitions) == expected  # cached the same
+    assert partition_for(key, count) == (murmur2(key) & 0x7FFFFFFF) % count
+
+
+def test_a_record_without_a_key_goes_to_an_available_partition() -> None:
+    for _ in range(50):
+        assert default_partitioner(None, [0, 1, 2, 3], [2]) == 2
