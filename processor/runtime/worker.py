@@ -44,7 +44,12 @@ from processor.observability import metrics
 from processor.observability.health import HealthServer
 from processor.observability.logging import fields
 from processor.runtime.assignment import PartitionManager
-from processor.runtime.clients import admin_client, ignore_fenced_leftovers, stop_consumer
+from processor.runtime.clients import (
+    admin_client,
+    committed_reader,
+    ignore_fenced_leftovers,
+    stop_consumer,
+)
 from processor.runtime.partition import PartitionTask, Step, TaskState
 from processor.runtime.reachability import BrokerWatch, wait_for_broker
 from processor.runtime.topics import check_copartitioning, describe_topics
@@ -180,9 +185,7 @@ class Worker:
         barrier. The group consumer's own connection would queue the ListOffsets behind its
         pending fetch (a broker answers a connection's requests in order): the barrier took
         ~30 ms a batch that way, a third of the worker's time on a backlog."""
-        s = self.settings
-        kwargs = {**s.kafka_client_kwargs(), "client_id": f"{s.client_id}-barrier"}
-        return AIOKafkaConsumer(isolation_level="read_committed", **kwargs)
+        return committed_reader(self.settings, client_id=f"{self.settings.client_id}-barrier")
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         stop_wait = asyncio.create_task(self._stop.wait())
