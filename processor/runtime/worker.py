@@ -236,7 +236,7 @@ class Worker:
         for tp, fetched in batch.items():
             if fetched:
                 by_partition[tp.partition][roles[tp.topic]] = list(fetched)
-        steps: list[tuple[PartitionTask, Step]] = []
+        commits: list[asyncio.Task[None]] = []
         tasks = self.manager.ready_tasks()
         for task in tasks:
             if task.partition in by_partition and task.ready_seq > fetch_seq:
@@ -260,12 +260,14 @@ class Worker:
             if step.held_from is not None and barrier is not None:
                 self._pause_fragments(consumer, task, step.held_from, barrier)
             if not step.plan.empty:
-                steps.append((task, step))
+                # each partition has its own transaction: commit it while the next is built
+                commits.append(asyncio.create_task(self._commit(task, step)))
+                await asyncio.sleep(0)  # and let the earlier ones take their next step
         for leftover in by_partition.values():  # partitions that are not ready (or not ours)
             for role, rs in leftover.items():
                 metrics.RECORDS_SKIPPED.labels(role).inc(len(rs))
-        if steps:
-            await asyncio.gather(*(self._commit(task, step) for task, step in steps))
+        if commits:
+            await asyncio.gather(*commits)
         self._resume_fragments(consumer, tasks)
 
     def _pause_fragments(
