@@ -92,9 +92,7 @@ def run(calls: int, rate: float, batch: int) -> dict[str, Any]:
             CallDelta(**c, event_id=f"e{i}.1", seq=1, delta='{"query": "'),
             CallDelta(**c, event_id=f"e{i}.2", seq=2, delta=query + '", "limit": 10}'),
             CallEnded(**c, event_id=f"e{i}.e", seq=3, terminal_event_id=f"term-{i:09d}"),
-            ResponseEnded(
-                **b, event_id=f"e{i}.r", status=ResponseStatus.COMPLETED, reason="stop"
-            ),
+            ResponseEnded(**b, event_id=f"e{i}.r", status=ResponseStatus.COMPLETED, reason="stop"),
         )
         for event in events:
             inputs += 1

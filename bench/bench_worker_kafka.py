@@ -77,13 +77,15 @@ def arguments(n: int) -> str:
 TENANTS = 200  # calls spread over tenants (--tenants; 1 works too, with back-pressure)
 
 
+WORKLOAD = {"tenants": TENANTS}  # --tenants sets it
+
+
 def set_tenants(n: int) -> None:
-    global TENANTS
-    TENANTS = n
+    WORKLOAD["tenants"] = n
 
 
 def call_records(n: int, prefix: str, ts: float | None = None) -> tuple[Any, list[Any]]:
-    tenant, turn = f"{prefix}{n % TENANTS}", f"turn{n}"
+    tenant, turn = f"{prefix}{n % WORKLOAD['tenants']}", f"turn{n}"
     return turn_started(tenant, turn), call_events(
         tenant, turn, f"call{n}", arguments(n), pieces=3, ts=ts
     )

@@ -107,6 +107,18 @@ SECTIONS = [
         "the worker's own commit step, offsets sent in the transaction).",
     ),
     Section(
+        "executor",
+        "Executor: the control barrier on a caught-up partition",
+        "bench_executor_barrier.py",
+        ["--syncs", "40"],
+        ["--syncs", "2"],
+        "executor_barrier.json",
+        "--out",
+        lambda stdout, result: str(_module("bench_executor_barrier").markdown(result)),
+        "Before a call runs, the executor reads its turn's control partition up to the end "
+        "offset; when nothing new is there, that is one ListOffsets round trip.",
+    ),
+    Section(
         "cli",
         "CLI start",
         "bench_cli_start.py",

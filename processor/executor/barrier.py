@@ -12,9 +12,10 @@ call's turn alone holds every fact that can stop the call: :func:`partition_for`
 the dispatch's tenant and turn id.
 
 How. :class:`ControlBarrier` owns one ``read_committed`` consumer without a group, assigned to
-every ``control`` partition from the beginning, and one
-:class:`~processor.executor.fence.FenceState`
-per partition. :meth:`ControlBarrier.sync` asks the broker for the partition's end offset (under
+every ``control`` partition from the beginning, one
+:class:`~processor.executor.fence.FenceState` per partition, and a second consumer that only
+asks for end offsets: on the reader's own connection a ListOffsets waits behind its pending
+long-polled fetch (a broker answers a connection's requests in order), ~450 ms a sync. :meth:`ControlBarrier.sync` asks the broker for the partition's end offset (under
 ``read_committed`` that is the last stable offset, so an open transaction's records are not waited
 for and aborted ones never applied), then consumes until the consumer's *position* reaches it: the
 last offsets of a partition can be transaction markers, so waiting for "last record = end - 1"

@@ -41,3 +41,22 @@ def test_worker_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
     for run in latency.values():
         assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
     assert "| worker / pass-through throughput" in done.stdout
+
+
+def test_executor_barrier_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "barrier.json"
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    script = BENCH.parent / "bench_executor_barrier.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--syncs", "2", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert set(result["rows"]) == {"own connections", "reader's connection (before)"}
+    for row in result["rows"].values():
+        assert math.isfinite(row["median_ms"]) and row["median_ms"] > 0
