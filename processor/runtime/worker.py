@@ -276,7 +276,7 @@ class Worker:
         """Back-pressure (:mod:`.partition`): read fragments again from ``held_from`` once
         control is applied up to ``barrier``; control keeps flowing meanwhile."""
         consumer.seek(task.fragments_tp, held_from)
-        if task.fragments_paused_until is None:
+        if task.fragments_tp not in consumer.paused():
             consumer.pause(task.fragments_tp)
             metrics.FRAGMENTS_PAUSED.labels(str(task.partition)).inc()
             log.info(
