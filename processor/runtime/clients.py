@@ -50,7 +50,10 @@ __all__ = [
     "stop_consumer",
 ]
 
-_MAX_POLL_SECONDS: Final = 0.5
+# one wait of ``read_to_end``: short, because a fetch that holds only a transaction marker moves
+# the position but returns no record, and ``getmany`` would then wait out its whole timeout
+# (0.5 s at every restore from a local store and every barrier sync ending on a marker)
+_POLL_STEP_SECONDS: Final = 0.02
 
 
 @asynccontextmanager
@@ -104,12 +107,13 @@ async def read_to_end(
     max_records: int | None = None,
 ) -> bool:
     """Feed ``apply`` the records of ``tp`` from the consumer's position until the position
-    reaches ``end``; False when the ``time.monotonic()`` deadline passes first."""
+    reaches ``end``; False when the ``time.monotonic()`` deadline passes first. The position is
+    checked again every ``_POLL_STEP_SECONDS`` (markers move it without a record)."""
     while await consumer.position(tp) < end:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        timeout_ms = int(min(remaining, _MAX_POLL_SECONDS) * 1000)
+        timeout_ms = max(1, int(min(remaining, _POLL_STEP_SECONDS) * 1000))
         batches = await consumer.getmany(tp, timeout_ms=timeout_ms, max_records=max_records)
         for record in batches.get(tp, ()):
             apply(record)
