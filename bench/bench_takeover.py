@@ -239,7 +239,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         }
         settings = rt.settings.model_copy(
             update={
-                "limits": LimitsSettings(**limits),  # type: ignore[arg-type]
+                "limits": LimitsSettings.model_validate(limits),
                 "restore_timeout_seconds": args.timeout,
             }
         )
@@ -264,11 +264,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     if kind == "raw":
                         runs[kind].append(await raw_read(settings))
                         continue
-                    state_dir = None
+                    state_dir: Path | None = None
                     if kind != "full":  # a new directory each time (removed afterwards)
                         state_dir = Path(tempfile.mkdtemp(dir=rt.tmp_path)) / "state"
-                    if kind == "checkpoint":  # the owner's store as it left it (copy not timed)
-                        shutil.copytree(owner_dir, state_dir)
+                        if kind == "checkpoint":  # the owner's store as it left it (not timed)
+                            shutil.copytree(owner_dir, state_dir)
                     figures, assembler = await takeover(settings, registry, consumer, state_dir)
                     if state_dir is not None:
                         shutil.rmtree(state_dir.parent, ignore_errors=True)
