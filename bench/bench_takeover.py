@@ -168,7 +168,7 @@ async def raw_read(settings: Any) -> dict[str, Any]:
         count[0] += 1
         count[1] += len(record.key or b"") + len(record.value or b"")
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     consumer = committed_reader(settings, max_partition_fetch_bytes=16 * 1024 * 1024)
     try:
         await consumer.start()
@@ -181,8 +181,14 @@ async def raw_read(settings: Any) -> dict[str, Any]:
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(consumer.stop(), 5)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "records": count[0], "bytes": count[1], "end_offset": end}
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,  # of this process (the bench's own, all threads)
+        "records": count[0],
+        "bytes": count[1],
+        "end_offset": end,
+    }
 
 
 def snapshot(assembler: Any) -> dict[Any, Any]:
@@ -201,13 +207,14 @@ async def takeover(
     limits = s.core_limits()
     task = PartitionTask(0, s, lambda: Assembler(registry, limits))
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = await task.prepare(consumer)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         await task.close()
     figures = {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "restore_seconds": result.seconds,  # inside prepare: the changelog read and apply
         "restore_kind": task.restore_kind,
         "changelog_records": result.records,
@@ -326,6 +333,7 @@ def summarize(
     buffers: int, repeat: int, load: dict[str, Any], runs: dict[str, list[dict[str, Any]]]
 ) -> dict[str, Any]:
     medians = {k: statistics.median(r["seconds"] for r in rs) for k, rs in runs.items()}
+    cpu_medians = {k: statistics.median(r["cpu_seconds"] for r in rs) for k, rs in runs.items()}
     restore_medians = {
         k: statistics.median(r["restore_seconds"] for r in rs)
         for k, rs in runs.items()
@@ -355,6 +363,7 @@ def summarize(
         "restored_changelog_records": full["changelog_records"],
         "runs": runs,
         "median_seconds": medians,
+        "median_cpu_seconds": cpu_medians,  # this process's CPU time over the same span
         "median_restore_seconds": restore_medians,  # the changelog (and store) part of prepare
         "ratio_vs_raw": {k: medians[k] / medians["raw"] for k in KINDS if k != "raw"},
         "raw_mb_per_second": raw["bytes"] / 1e6 / medians["raw"],
@@ -378,15 +387,18 @@ def markdown(result: dict[str, Any]) -> str:
         "settings reading the same partition to its end offset, counting bytes without "
         f"decoding. Median of {result['repeat']} interleaved runs.",
         "",
-        "| path | median | runs (ms) | of which changelog read + apply | / raw |",
-        "|---|---|---|---|---|",
+        "| path | median | runs (ms) | CPU (median) | of which changelog read + apply | / raw |",
+        "|---|---|---|---|---|---|",
     ]
     for kind in KINDS:
         runs = ", ".join(f"{r['seconds'] * 1000:.0f}" for r in result["runs"][kind])
         inner = result["median_restore_seconds"].get(kind)
         inner_s = f"{inner * 1000:.0f} ms" if inner is not None else "-"
         share = f"{ratio[kind]:.1f}x" if kind in ratio else "1"
-        lines.append(f"| {kind} | {med[kind] * 1000:.0f} ms | {runs} | {inner_s} | {share} |")
+        cpu = result["median_cpu_seconds"][kind] * 1000
+        lines.append(
+            f"| {kind} | {med[kind] * 1000:.0f} ms | {runs} | {cpu:.0f} ms | {inner_s} | {share} |"
+        )
     lines += [
         "",
         f"Full takeover: {result['full_buffers_per_second']:,.0f} buffers/s; raw read: "
@@ -394,7 +406,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"local store ({result['store_records']:,} records; a copy of it each run) and reads the "
         f"changelog tail after its checkpoint (offset {result['owner_store_checkpoint']}; the "
         f"partition ends at {c['end_offset']}: the tail holds no record after a clean stop, "
-        "only the last commit marker). Each path includes the fence (InitProducerId).",
+        "only the last commit marker). Each path includes the fence (InitProducerId). CPU: "
+        "the bench process's CPU time over the same span (the rest is waiting on the broker).",
     ]
     return "\n".join(lines)
 
