@@ -107,6 +107,16 @@ SECTIONS = [
         "the worker's own commit step, offsets sent in the transaction).",
     ),
     Section(
+        "takeover",
+        "Worker: partition takeover with 10,000 open buffers against a raw read",
+        "bench_takeover.py",
+        ["--buffers", "10000", "--repeat", "5"],
+        ["--smoke"],
+        "takeover.json",
+        "--out",
+        lambda stdout, result: str(_module("bench_takeover").markdown(result)),
+    ),
+    Section(
         "executor",
         "Executor: the control barrier on a caught-up partition",
         "bench_executor_barrier.py",
@@ -270,6 +280,14 @@ def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
                 f"{lat['ratio_p99_worker_vs_passthrough']:.2f} | "
                 f"{'yes' if lat['met'] else '**NO**'} |"
             )
+    takeover = summaries.get("takeover", {}).get("result")
+    if takeover:
+        ratio = takeover["ratio_vs_raw"]
+        shown = ", ".join(f"{kind} {value:.1f}x" for kind, value in ratio.items())
+        rows.append(
+            f"| worker: takeover of {takeover['buffers']:,} open buffers / a raw read of the "
+            f"same changelog bytes (no target set) | {shown} | - |"
+        )
     cli = summaries.get("cli", {})
     if cli.get("status") == 0:
         # lines "<command> <best>s <median>s  ok|OVER" (bench_cli_start.py)
