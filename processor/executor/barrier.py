@@ -11,16 +11,16 @@ commands are copied by ``processor ctl`` to every partition. So the control part
 call's turn alone holds every fact that can stop the call: :func:`partition_for` computes it from
 the dispatch's tenant and turn id.
 
-How. :class:`ControlBarrier` owns one ``read_committed`` consumer without a group, assigned to
-every ``control`` partition from the beginning, one
-:class:`~processor.executor.fence.FenceState` per partition, and a second consumer that only
-asks for end offsets: on the reader's own connection a ListOffsets waits behind its pending
-long-polled fetch (a broker answers a connection's requests in order), ~450 ms a sync. :meth:`ControlBarrier.sync` asks the broker for the partition's end offset (under
-``read_committed`` that is the last stable offset, so an open transaction's records are not waited
-for and aborted ones never applied), then consumes until the consumer's *position* reaches it: the
-last offsets of a partition can be transaction markers, so waiting for "last record = end - 1"
-would never finish. The state and the position are kept between calls, so a sync costs one
-ListOffsets round trip when nothing new arrived.
+How. :class:`ControlBarrier` owns one ``read_committed`` consumer without a group, assigned to every
+``control`` partition from the beginning, one :class:`~processor.executor.fence.FenceState` per
+partition, and a second consumer that only asks for end offsets: on the reader's own connection a
+ListOffsets waits behind its pending long-polled fetch (a broker answers a connection's requests in
+order), ~450 ms a sync. :meth:`ControlBarrier.sync` asks the broker for the partition's end offset
+(under ``read_committed`` that is the last stable offset, so an open transaction's records are not
+waited for and aborted ones never applied), then consumes until the consumer's *position* reaches
+it: the last offsets of a partition can be transaction markers, so waiting for
+"last record = end - 1" would never finish. The state and the position are kept between calls,
+so a sync costs one ListOffsets round trip when nothing new arrived.
 
 A barrier that cannot complete in time raises :class:`BarrierTimeout`; the call is then not run
 (and not acknowledged), and the executor tries again.
