@@ -50,10 +50,14 @@ def validate_call(
         return Rejected(TerminalReason.MALFORMED_JSON, f"parse_error at {exc.pos}", "not_run")
     if not isinstance(parsed, dict):
         return Rejected(TerminalReason.MALFORMED_JSON, "top_level_not_object", "not_run")
-    problems = [
-        f"{error.json_path}: {error.validator}"
-        for error in sorted(declaration.validator.iter_errors(parsed), key=_error_order)
-    ]
+    quick = declaration.quick_check
+    if quick is None or not quick(parsed):  # not certainly valid: jsonschema decides
+        problems = [
+            f"{error.json_path}: {error.validator}"
+            for error in sorted(declaration.validator.iter_errors(parsed), key=_error_order)
+        ]
+    else:
+        problems = []
     if problems:
         return Rejected(TerminalReason.SCHEMA_INVALID, "ok", _summary("schema", problems))
     for path, check in declaration.business_validators:
