@@ -407,7 +407,16 @@ def run(seed: int, responses: int) -> list[str]:
             )
         )  # fmt: skip
         digests.append(h.hexdigest()[:16])
+        _check_indexes(assembler)
     return digests
+
+
+def _check_indexes(assembler: Assembler) -> None:
+    """The Assembler's private indexes agree with its public tables at every step."""
+    live = {key.as_tuple: buf for key, buf in assembler.calls.items()}
+    assert assembler._live == live
+    assert not set(live) & set(assembler.inert)
+    assert all(live[t] is buf and buf.counted for t, buf in assembler._active.items())
 
 
 SEEDS = (1, 2, 3)
