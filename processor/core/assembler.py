@@ -152,6 +152,9 @@ class Assembler:
         self.limits = limits or Limits()
         self.verifier: CommandVerifier = verifier or AllowUnsigned()
         self.calls: dict[CallKey, CallBuffer] = {}  # not yet terminal
+        # the same buffers by key tuple: a tuple hashes and compares in C, a CallKey model in
+        # Python, and the per-delta path looks a call up by the event's ids without a model
+        self._live: dict[CallTuple, CallBuffer] = {}
         # terminal calls, compact (processor.core.inert), until retention or the count bound
         self.inert: dict[CallTuple, InertCall] = {}
         self.control = ControlState()
@@ -160,7 +163,12 @@ class Assembler:
         # fragment events older than this are stale: the count bound forgot calls ended before it
         self._evicted_before = 0.0
         # indexes over the open buffers only, so no hot path walks the inert ones
-        self._active: dict[CallKey, CallBuffer] = {}
+        self._active: dict[CallTuple, CallBuffer] = {}
+        # (max bytes, max deltas) per declared tool name as written (None: no tool yet), for
+        # the limits and registry they were computed from
+        self._bounds: dict[str | None, tuple[int, int]] = {}
+        self._bounds_limits: Limits | None = None
+        self._bounds_registry: Registry | None = None
         self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
         self._open_per_tenant: dict[str, int] = {}
         self._open_total = 0
@@ -240,8 +248,11 @@ class Assembler:
         are judged by it, so a worker that reads a backlog late does not reject what arrived in
         time. Without it, ``now`` stands in (offline replay).
         """
-        written = now if record_time is None else record_time
         out: list[OutputRecord] = []
+        if type(event) is CallDelta:  # the hot path (what the match below does for a delta)
+            self._on_call_event(event, now, barrier, out)
+            return out
+        written = now if record_time is None else record_time
         match event:
             case CallStarted() | CallDelta() | CallEnded():
                 self._on_call_event(event, now, barrier, out)
@@ -374,17 +385,23 @@ class Assembler:
         barrier: int | None,
         out: list[OutputRecord],
     ) -> None:
-        key = event.key
-        if key.as_tuple in self.inert:
+        ids = (event.tenant, event.turn_id, event.response_id, event.item_id, event.call_id)
+        if ids in self.inert:
             self.late_events += 1  # a replay of a call that is already terminal
             return
-        buf = self.calls.get(key)
+        buf = self._live.get(ids)
         is_new = False
-        if buf is not None and buf.state in _VALIDATED_STATES:
-            self.late_events += 1  # a replay of a call whose fragments are already complete
-            return
-        refusal = self.control.refusal(key.tenant, key.turn_id, key.response_id)
-        if buf is None:
+        if buf is not None:
+            if buf.state in _VALIDATED_STATES:
+                self.late_events += 1  # a replay of a call whose fragments are already complete
+                return
+            refusal = self.control.refusal(ids[0], ids[1], ids[2])
+            if refusal is not None:
+                self._terminate(buf, refusal, now, out)
+                return
+        else:
+            key = event.key
+            refusal = self.control.refusal(ids[0], ids[1], ids[2])
             if refusal is None:
                 refusal = self._capacity_refusal(key.tenant, now, out)
             buf = self._new_buffer(key, now, refusal is None)
@@ -393,18 +410,17 @@ class Assembler:
                 self._terminate(buf, refusal, now, out)
                 return
             is_new = True
-        elif refusal is not None:
-            self._terminate(buf, refusal, now, out)
-            return
         buf.last_activity = max(buf.last_activity, now)
         if buf.counted:  # keep ``_active`` in order of activity, least recent first
-            self._active[key] = self._active.pop(key)
-        buf.provider = buf.provider or event.provider
+            active = self._active
+            active[ids] = active.pop(ids)
+        if not buf.provider:
+            buf.provider = event.provider
         try:
-            if isinstance(event, CallStarted):
-                self._apply_start(buf, event)
-            elif isinstance(event, CallDelta):
+            if isinstance(event, CallDelta):
                 self._apply_delta(buf, event)
+            elif isinstance(event, CallStarted):
+                self._apply_start(buf, event)
             else:
                 buf.barrier = _later(buf.barrier, barrier)
                 self._apply_end(buf, event, now, out)
@@ -416,11 +432,12 @@ class Assembler:
             out.insert(
                 0, outputs.status(buf, UserState.PREPARING, False, "Preparing the request.", now)
             )
-        self._touch(buf)
+        self._dirty.add(buf._state_key or buf.state_key)  # _touch
 
     def _new_buffer(self, key: CallKey, now: float, opens: bool) -> CallBuffer:
         buf = CallBuffer(key=key, started_at=now, last_activity=now)
         self.calls[key] = buf
+        self._live[key.as_tuple] = buf
         if opens:
             self._count(buf)
             self.control.ensure_turn(key.tenant, key.turn_id, now)
@@ -470,22 +487,25 @@ class Assembler:
                 self.duplicate_deltas += 1
                 return
             raise SequenceGap(detail="a delta arrived after the terminal event")
-        declaration = self._declaration(buf)
+        max_bytes, max_deltas = self._call_bounds(buf.tool)
+        limits = self.limits
+        seq = event.seq
         outcome = buf.add_delta(
-            event.seq,
+            seq,
             event.delta,
-            max_bytes=self.limits.call_bytes(declaration),
-            max_deltas=self.limits.call_deltas(declaration),
-            max_window=self.limits.max_reorder_window,
-            depth=self.limits.max_depth,
+            max_bytes=max_bytes,
+            max_deltas=max_deltas,
+            max_window=limits.max_reorder_window,
+            depth=limits.max_depth,
         )
         if outcome is DeltaOutcome.DUPLICATE:
             self.duplicate_deltas += 1
         else:
-            text_key = _text_key(buf, event.seq)
-            if text_key not in self._dirty:
+            text_key = f"{buf._text_key_prefix or buf.text_key_prefix}{seq}]"  # _text_key
+            dirty = self._dirty
+            if text_key not in dirty:
                 self._fresh.add(text_key)  # new: if it goes before the drain, it is never written
-            self._mark(text_key)
+            dirty.add(text_key)
         if buf.state is CallState.ABSENT:
             buf.fire(Trigger.DELTA)
 
@@ -508,11 +528,25 @@ class Assembler:
         self._try_validate(buf, text, now, out)
 
     def _check_tool_bounds(self, buf: CallBuffer) -> None:
-        declaration = self._declaration(buf)
-        buf.check_bounds(
-            max_bytes=self.limits.call_bytes(declaration),
-            max_deltas=self.limits.call_deltas(declaration),
-        )
+        max_bytes, max_deltas = self._call_bounds(buf.tool)
+        buf.check_bounds(max_bytes=max_bytes, max_deltas=max_deltas)
+
+    def _call_bounds(self, tool: str | None) -> tuple[int, int]:
+        """``(limits.call_bytes(d), limits.call_deltas(d))`` for the declaration ``d`` that
+        ``tool`` resolves to (None: no tool yet, or an unknown one), cached per declared name;
+        unknown names are not cached (a model may write any number of them)."""
+        if self._bounds_limits is not self.limits or self._bounds_registry is not self.registry:
+            self._bounds = {}
+            self._bounds_limits, self._bounds_registry = self.limits, self.registry
+        found = self._bounds.get(tool)
+        if found is not None:
+            return found
+        resolution = self.registry.resolve(tool) if tool else None
+        declaration = resolution.declaration if resolution else None
+        found = (self.limits.call_bytes(declaration), self.limits.call_deltas(declaration))
+        if declaration is not None or not tool:
+            self._bounds[tool] = found
+        return found
 
     def _on_response_ended(
         self, event: ResponseEnded, now: float, barrier: int | None, out: list[OutputRecord]
@@ -584,13 +618,17 @@ class Assembler:
         buf.alias_used = resolution.alias_used
         if text is None:
             text = buf.text()
-        ctx = ValidationContext(
-            tenant=buf.key.tenant,
-            turn_id=buf.key.turn_id,
-            actor=turn.actor,
-            tool=declaration.name,
-            tool_version=declaration.version,
-        )
+        actor = turn.actor
+
+        def ctx() -> ValidationContext:  # made only for a tool with business validators
+            return ValidationContext(
+                tenant=buf.key.tenant,
+                turn_id=buf.key.turn_id,
+                actor=actor,
+                tool=declaration.name,
+                tool_version=declaration.version,
+            )
+
         result = validate_call(text, declaration, ctx)
         if isinstance(result, Rejected):
             buf.parse_result, buf.validation_result = result.parse_result, result.validation_result
@@ -871,7 +909,7 @@ class Assembler:
         """Index an open buffer and count it against the open-buffer limits until terminal."""
         buf.counted = True
         key = buf.key
-        self._active[key] = buf
+        self._active[key.as_tuple] = buf
         self._active_by_turn.setdefault((key.tenant, key.turn_id), {})[key] = buf
         self._open_per_tenant[key.tenant] = self._open_per_tenant.get(key.tenant, 0) + 1
         self._open_total += 1
@@ -884,7 +922,7 @@ class Assembler:
             return
         buf.counted = False
         key = buf.key
-        del self._active[key]
+        del self._active[key.as_tuple]
         turn = self._active_by_turn[(key.tenant, key.turn_id)]
         del turn[key]
         if not turn:
@@ -903,6 +941,7 @@ class Assembler:
         self._mark_texts(buf, buf.terminate(reason, now))
         key = buf.key.as_tuple
         self.calls.pop(buf.key, None)
+        self._live.pop(key, None)
         self.inert[key] = InertCall(buf.state, buf.reason, buf.terminal_event_id, now)
         self._ended.append((now, key))
         self._touch(buf)
@@ -912,14 +951,14 @@ class Assembler:
             pass
 
     def _touch(self, buf: CallBuffer) -> None:
-        self._mark("call:" + buf.encoded_key)
+        self._mark(buf.state_key)
 
     def _drop_text(self, buf: CallBuffer) -> None:
         self._mark_texts(buf, buf.drop_text())
 
     def _mark_texts(self, buf: CallBuffer, positions: Iterable[int]) -> None:
-        for position in positions:
-            self._mark(_text_key(buf, position))
+        prefix = buf.text_key_prefix  # _text_key, inlined
+        self._dirty.update([f"{prefix}{position}]" for position in positions])
 
     def _mark(self, key: str) -> None:
         self._dirty.add(key)
@@ -1060,6 +1099,7 @@ class Assembler:
             # terminal calls are the bulk of a long changelog: no model for each)
             live_key = _restored_key(*parts) if self.calls or self._restored_texts else None
             old = self.calls.pop(live_key, None) if live_key is not None else None
+            self._live.pop(parts, None)
             if old is not None:
                 self._uncount(old)
             self.inert.pop(parts, None)
@@ -1073,6 +1113,7 @@ class Assembler:
                 live_key = buf.key
                 buf.texts = old.texts if old else self._restored_texts.pop(live_key, {})
                 self.calls[live_key] = buf
+                self._live[live_key.as_tuple] = buf
                 self._count(buf)
                 if buf.state is CallState.AWAITING_RESPONSE:
                     self._awaiting[live_key] = buf
@@ -1102,7 +1143,7 @@ def _text_key(buf: CallBuffer, position: int) -> str:
     Both forms of :func:`encode_key` end with ``]`` and write an int part as its digits, so
     appending the position to the encoded key gives the same text.
     """
-    return f"text:{buf.encoded_key[:-1]},{position}]"
+    return f"{buf.text_key_prefix}{position}]"
 
 
 def _parse_text_key(key: str) -> tuple[CallKey, int]:

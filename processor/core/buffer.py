@@ -69,6 +69,8 @@ class CallBuffer:
     ended_at: float | None = None
     counted: bool = field(default=False, compare=False)  # held against the open-buffer limits
     _encoded_key: str | None = field(default=None, compare=False, repr=False)
+    _state_key: str | None = field(default=None, compare=False, repr=False)
+    _text_key_prefix: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def encoded_key(self) -> str:
@@ -76,6 +78,21 @@ class CallBuffer:
         if self._encoded_key is None:
             self._encoded_key = self.key.encoded()
         return self._encoded_key
+
+    @property
+    def state_key(self) -> str:
+        """The changelog key of the call's facts, ``"call:" + encoded_key``, computed once."""
+        if self._state_key is None:
+            self._state_key = "call:" + self.encoded_key
+        return self._state_key
+
+    @property
+    def text_key_prefix(self) -> str:
+        """``"text:" + encoded_key`` without its closing ``]``, then ``,``: a text record's key
+        is this, the position's digits and ``]`` (see ``assembler._text_key``)."""
+        if self._text_key_prefix is None:
+            self._text_key_prefix = f"text:{self.encoded_key[:-1]},"
+        return self._text_key_prefix
 
     # -- transitions ---------------------------------------------------------------------
 
@@ -115,8 +132,8 @@ class CallBuffer:
                 raise DuplicateConflict(detail=f"position {seq} arrived twice with different text")
             self.duplicate_count += 1
             return DeltaOutcome.DUPLICATE
-        try:
-            size = len(text.encode("utf-8"))
+        try:  # ASCII (a flag CPython keeps): one byte per character, nothing to encode
+            size = len(text) if text.isascii() else len(text.encode("utf-8"))
         except UnicodeEncodeError:  # a lone surrogate: no JSON text can hold it (RFC 8259 §8.1)
             raise MalformedJson(detail=f"position {seq} holds a lone surrogate") from None
         if self.byte_count + size > max_bytes:
@@ -128,8 +145,14 @@ class CallBuffer:
             raise LimitExceeded("sequence_gap", f"reordering window of {max_window} exceeded")
         self.byte_count += size
         self.fragment_count += 1
-        self.texts[seq] = text
-        self._advance(depth)
+        texts = self.texts
+        texts[seq] = text
+        scanner = self.scanner
+        if scanner is not None and seq == self.contiguous + 1 and seq + 1 not in texts:
+            scanner.feed(text)  # the common case of _advance: the next position, nothing after
+            self.contiguous = seq
+        else:
+            self._advance(depth)
         return DeltaOutcome.ACCEPTED
 
     def check_bounds(self, *, max_bytes: int, max_deltas: int) -> None:

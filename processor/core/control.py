@@ -259,12 +259,12 @@ class ControlState:
         """Why a call event of this turn/response must not make progress, if it must not."""
         if tenant in self.stopped_tenants:
             return TerminalReason.TENANT_STOPPED
-        turn = self.turn(tenant, turn_id)
+        turn = self.turns.get((tenant, turn_id))  # self.turn(), inlined: once per fragment
         if turn is not None and turn.cancelled:
             return TerminalReason(turn.cancelled)
         if response_id is not None:
-            response = self.response(tenant, turn_id, response_id)
-            if response is not None:
+            response = self.responses.get((tenant, turn_id, response_id))
+            if response is not None and (response.quarantined or response.ended):
                 return response.refusal()
         return None
 

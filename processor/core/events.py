@@ -646,9 +646,9 @@ def stable_id(*parts: str) -> str:
     Each part is length-prefixed, so no part's content can shift the boundary between parts
     (a part holding a separator such as U+001F never passes for two parts).
     """
-    h = hashlib.sha256()
+    chunks: list[bytes] = []
     for part in parts:
         data = part.encode("utf-8", "surrogatepass")
-        h.update(len(data).to_bytes(8, "big"))
-        h.update(data)
-    return h.hexdigest()[:32]
+        chunks.append(len(data).to_bytes(8, "big"))
+        chunks.append(data)
+    return hashlib.sha256(b"".join(chunks)).hexdigest()[:32]  # one update: the same digest

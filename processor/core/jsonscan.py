@@ -219,6 +219,13 @@ class JsonSyntaxScanner:
         """Scan the next delta; raise as soon as no valid continuation can exist."""
         if self._failure is not None:
             self._reraise()
+        if self._mode == _STRING and not self._in_key:
+            # fast path: a delta wholly inside a string value (what the loop below does for
+            # it: one run of string content to the end, nothing else changes)
+            m = _STRING_BODY.match(text)
+            if m is not None and m.end() == len(text):
+                self._consumed += len(text)
+                return
         n = len(text)
         i = 0
         mode = self._mode

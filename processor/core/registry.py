@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from processor.core.errors import RegistryError
+from processor.core.fastschema import Check, compile_schema
 from processor.core.formats import format_checker, jsonschema_module, used_formats
 
 if TYPE_CHECKING:
@@ -78,6 +79,14 @@ class ToolDeclaration:
     limits: ToolLimits = ToolLimits()
     business_validators: tuple[tuple[str, BusinessValidator], ...] = ()
     dispatch_on: DispatchOn = field(default_factory=lambda: DispatchOn.RESPONSE_END)
+    # a shortcut for arguments that are certainly valid (processor.core.fastschema); None when
+    # the schema uses what it does not decide: jsonschema then always runs
+    quick_check: Check | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        validator = self.validator
+        if type(validator) is jsonschema_module().Draft202012Validator:  # nothing customised
+            object.__setattr__(self, "quick_check", compile_schema(validator.schema))
 
     def permits(self, tenant: str, actor: str) -> bool:
         if self.allowed_tenants is not None and tenant not in self.allowed_tenants:

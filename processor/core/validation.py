@@ -10,6 +10,7 @@ argument values must never reach a ledger, a log or a status.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,22 +42,35 @@ def args_digest(arguments: dict[str, Any]) -> str:
 
 
 def validate_call(
-    text: bytes, declaration: ToolDeclaration, ctx: ValidationContext
+    text: bytes,
+    declaration: ToolDeclaration,
+    ctx: ValidationContext | Callable[[], ValidationContext],
 ) -> Validated | Rejected:
-    """Parse once, then schema, then business rules. Never raises for bad input."""
+    """Parse once, then schema, then business rules. Never raises for bad input.
+
+    ``ctx`` may be given as a function that makes it: it is then made only for a tool with
+    business validators (the only ones to read it).
+    """
     try:
         parsed = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         return Rejected(TerminalReason.MALFORMED_JSON, f"parse_error at {exc.pos}", "not_run")
     if not isinstance(parsed, dict):
         return Rejected(TerminalReason.MALFORMED_JSON, "top_level_not_object", "not_run")
-    problems = [
-        f"{error.json_path}: {error.validator}"
-        for error in sorted(declaration.validator.iter_errors(parsed), key=_error_order)
-    ]
+    quick = declaration.quick_check
+    if quick is None or not quick(parsed):  # not certainly valid: jsonschema decides
+        problems = [
+            f"{error.json_path}: {error.validator}"
+            for error in sorted(declaration.validator.iter_errors(parsed), key=_error_order)
+        ]
+    else:
+        problems = []
     if problems:
         return Rejected(TerminalReason.SCHEMA_INVALID, "ok", _summary("schema", problems))
+    if declaration.business_validators and callable(ctx):
+        ctx = ctx()
     for path, check in declaration.business_validators:
+        assert isinstance(ctx, ValidationContext)
         try:
             found = [f"{path}: {p}" for p in check(parsed, ctx)]
         except Exception as exc:  # a validator's bug must fail the call, not the worker
