@@ -179,6 +179,8 @@ class Assembler:
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
         # validated calls waiting for their response's end or for the control barrier
         self._awaiting: dict[CallKey, CallBuffer] = {}
+        self._awaiting_rank: dict[CallKey, int] = {}  # order of entry, to release in that order
+        self._awaiting_seq = 0
         self._barrier_held: dict[CallKey, int] = {}  # of those, the ones held by the barrier only
         self._recheck_awaiting = False  # after a restore: look at every awaiting call once
         self._control_position: int | None = None  # how far this partition's control is applied
@@ -583,13 +585,14 @@ class Assembler:
                 self._terminate(buf, reason, now, out)
         if voided:
             out.append(outputs.response_audit(event, voided, now))
-        if completed:
-            for buf in [
+        if completed:  # the turn's awaiting calls of this response, in the order they entered
+            rank = self._awaiting_rank
+            waiting = [
                 b
-                for b in self._awaiting.values()
-                if b.key.response_id == event.response_id
-                and (b.key.tenant, b.key.turn_id) == (event.tenant, event.turn_id)
-            ]:
+                for b in self._turn_calls(event.tenant, event.turn_id)
+                if b.key in rank and b.key.response_id == event.response_id
+            ]
+            for buf in sorted(waiting, key=lambda b: rank[b.key]):
                 self._try_release(buf, now, out)
 
     # ================================================================== validation & dispatch
@@ -653,7 +656,7 @@ class Assembler:
         buf.awaiting_binding_since = None
         buf.validated_at = now
         self._drop_text(buf)  # the validated object is all we keep now
-        self._awaiting[buf.key] = buf
+        self._await(buf)
         self._touch(buf)
         self._try_release(buf, now, out)
 
@@ -678,6 +681,7 @@ class Assembler:
             return
         self._barrier_held.pop(key, None)
         del self._awaiting[key]
+        del self._awaiting_rank[key]
         buf.fire(Trigger.RELEASE)
         if declaration.requires_confirmation:
             buf.expires_at = now + declaration.confirmation_ttl_seconds
@@ -914,8 +918,14 @@ class Assembler:
         self._open_per_tenant[key.tenant] = self._open_per_tenant.get(key.tenant, 0) + 1
         self._open_total += 1
 
+    def _await(self, buf: CallBuffer) -> None:
+        self._awaiting[buf.key] = buf
+        self._awaiting_seq += 1
+        self._awaiting_rank[buf.key] = self._awaiting_seq
+
     def _uncount(self, buf: CallBuffer) -> None:
         self._awaiting.pop(buf.key, None)
+        self._awaiting_rank.pop(buf.key, None)
         self._barrier_held.pop(buf.key, None)
         self._unbound_lagging.pop(buf.key, None)
         if not buf.counted:
@@ -1116,7 +1126,7 @@ class Assembler:
                 self._live[live_key.as_tuple] = buf
                 self._count(buf)
                 if buf.state is CallState.AWAITING_RESPONSE:
-                    self._awaiting[live_key] = buf
+                    self._await(buf)
                     self._recheck_awaiting = True
             return
         if key == _HORIZON_KEY:
