@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Final
 
@@ -90,6 +90,19 @@ class Verdict(StrEnum):
 
 
 UNSIGNED: Final = "unsigned"
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(record: Any) -> dict[str, Any]:
+    """The record's fields as a dict, in declaration order: what ``dataclasses.asdict`` gives
+    for these records (their values are scalars), without its recursive deep copy."""
+    cls = type(record)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(record))
+    return {name: getattr(record, name) for name in names}
 
 
 @dataclass(slots=True)
@@ -314,22 +327,22 @@ class ControlState:
         if kind == "turn":
             tenant, turn_id = decode_key(rest)
             turn = self.turns.get((tenant, turn_id))
-            return asdict(turn) if turn else None
+            return _plain(turn) if turn else None
         if kind == "resp":
             t, u, r = decode_key(rest)
             response = self.responses.get((t, u, r))
-            return asdict(response) if response else None
+            return _plain(response) if response else None
         if kind == "tool":
             tenant, tool = decode_key(rest)
             flag = self.disabled_tools.get((tenant, tool))
-            return asdict(flag) if flag else None
+            return _plain(flag) if flag else None
         if kind == "tenant":
             [tenant] = decode_key(rest)
             flag = self.stopped_tenants.get(tenant)
-            return asdict(flag) if flag else None
+            return _plain(flag) if flag else None
         if kind == "cmd":
             seen = self.seen_commands.get(rest)
-            return asdict(seen) if seen is not None else None
+            return _plain(seen) if seen is not None else None
         raise KeyError(key)
 
     def restore_entry(self, key: str, value: dict[str, Any] | None) -> None:
