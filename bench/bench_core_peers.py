@@ -591,6 +591,9 @@ def measure(repeat: int, budget: float, small: bool) -> dict[str, Any]:
     inputs = {(w.name, c.name): c.prepare(w) for w in loads for c in people}
     times: dict[tuple[str, str], list[float]] = {k: [] for k in inputs}
     stopped: dict[tuple[str, str], tuple[float, float]] = {}  # (seconds, share done)
+    warm = single("warm-up", 1_000, 99)  # untimed: lazy imports and models built on first use
+    for c in people:
+        c.run(c.prepare(warm), float("inf"))
     for _ in range(repeat):
         for w in loads:
             ours = float("inf")
