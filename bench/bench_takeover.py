@@ -59,7 +59,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from bench_worker_kafka import TENANTS, arguments, with_runtime  # noqa: E402
+from bench_worker_kafka import TENANTS, arguments, produce_backlog, with_runtime  # noqa: E402
 
 RESULTS = HERE / "results" / "takeover.json"
 KINDS = ("raw", "full", "full + new store", "checkpoint")
@@ -79,32 +79,9 @@ def open_call(n: int) -> tuple[Any, list[Any]]:
 
 
 async def produce_open_calls(rt: Any, buffers: int) -> int:
-    """Every turn.started on control, then each call's start and deltas; returns events sent."""
-    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
-
-    from processor.core.events import encode, turn_key  # noqa: PLC0415
-
-    producer = AIOKafkaProducer(
-        enable_idempotence=True, linger_ms=20, **rt.settings.kafka_client_kwargs()
-    )
-    await producer.start()
-    sent = 0
-    try:
-        calls = [open_call(n) for n in range(buffers)]
-        for topic, pick in ((rt.topics.control, 0), (rt.topics.fragments, 1)):
-            pending = []
-            for call in calls:
-                key = turn_key(call[0].tenant, call[0].turn_id).encode()
-                for event in [call[0]] if pick == 0 else call[1]:
-                    pending.append(await producer.send(topic, encode(event), key=key))
-                    sent += 1
-                if len(pending) >= 5000:
-                    await asyncio.gather(*pending)
-                    pending = []
-            await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
-    return sent
+    """Every turn.started on control, then each call's start and deltas; returns events sent
+    (both topics)."""
+    return await produce_backlog(rt, buffers, open_call) + buffers
 
 
 def limits_env(buffers: int) -> dict[str, str]:

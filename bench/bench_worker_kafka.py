@@ -94,8 +94,13 @@ def call_records(n: int, prefix: str, ts: float | None = None) -> tuple[Any, lis
 # ============================================================================ helpers
 
 
-async def produce_backlog(rt: Runtime, calls: int) -> int:
-    """Every turn.started on control, then every call's events on fragments; returns events."""
+async def produce_backlog(
+    rt: Runtime, calls: int, records: Callable[[int], tuple[Any, list[Any]]] | None = None
+) -> int:
+    """Every turn.started on control, then every call's events on fragments; returns the
+    fragment events sent. ``records(n)``: call n's turn.started and events (default: a whole
+    call of this benchmark)."""
+    records = records or (lambda n: call_records(n, "bench"))
     producer = AIOKafkaProducer(
         enable_idempotence=True, linger_ms=20, **rt.settings.kafka_client_kwargs()
     )
@@ -105,7 +110,7 @@ async def produce_backlog(rt: Runtime, calls: int) -> int:
         pending: list[Any] = []
         fragments: list[Any] = []
         for n in range(calls):
-            started, call = call_records(n, "bench")
+            started, call = records(n)
             key = turn_key(started.tenant, started.turn_id).encode()
             pending.append(await producer.send(rt.topics.control, encode(started), key=key))
             fragments.append((key, call))

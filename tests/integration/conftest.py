@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -460,3 +461,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def dispatch_keys(records: Iterable[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return sorted((r["tenant"], r["turn_id"], r["call_id"]) for r in records)
+
+
+def run_bench(
+    script: str, *args: str, bootstrap: str, out: Path, timeout: float
+) -> tuple[dict[str, Any], str]:
+    """Run ``bench/<script>`` on the broker as a user would; its JSON results and its stdout."""
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "bench" / script), *args, str(out)],
+        env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(out.read_text()), done.stdout

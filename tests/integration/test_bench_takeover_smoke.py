@@ -7,30 +7,23 @@ figures. No timing is asserted.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_takeover.py"
+from tests.integration.conftest import run_bench
+
 KINDS = {"raw", "full", "full + new store", "checkpoint"}
 
 
 def test_takeover_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
-    out = tmp_path / "takeover.json"
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--smoke", "--out", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
+    result, stdout = run_bench(
+        "bench_takeover.py",
+        "--smoke",
+        "--out",
+        bootstrap=kafka_bootstrap,
+        out=tmp_path / "takeover.json",
         timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(out.read_text())
     assert result["buffers"] == 50
     assert result["repeat"] == 1
     assert set(result["runs"]) == KINDS
@@ -45,4 +38,4 @@ def test_takeover_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert math.isfinite(result["median_seconds"][kind])
         assert result["median_seconds"][kind] > 0
     assert set(result["ratio_vs_raw"]) == KINDS - {"raw"}
-    assert "| full |" in done.stdout
+    assert "| full |" in stdout
