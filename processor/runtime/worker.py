@@ -7,11 +7,14 @@ The loop, in the spirit of h11's example client (the Assembler is the protocol, 
     loop:   records = getmany(poll timeout, batch size)             (or stop on SIGTERM)
             with the processing lock:
                 barriers = control's committed end offsets, read now (after the fetch), for
-                           the partitions whose batch holds fragments (one ListOffsets)
+                           the partitions whose batch holds fragments (one ListOffsets, on
+                           connections of its own)
                 per ready partition: build the step (records in order with the barrier,
-                           control applied up to the consumer's position, tick when due)
-                commit every non-empty step, partitions in parallel (one transaction each)
-                reset a partition whose transaction failed
+                           control applied up to the consumer's position, tick when due) and
+                           start its transaction, which runs while the next step is built;
+                           pause its fragments if the step held them back (back-pressure)
+                await the transactions; reset a partition whose transaction failed
+                resume the fragments whose calls no longer wait for control
             every lag interval: export lag and buffer gauges
     stop:   finish the current batch, close every partition's producer, leave the group
 
