@@ -22,9 +22,19 @@ from processor.core.events import turn_key
 FANNED_OUT: Final = frozenset({"tool.disabled", "tool.enabled", "tenant.stopped", "tenant.resumed"})
 
 
-@functools.lru_cache(maxsize=16_384)
+_CACHED_KEY_BYTES: Final = 256  # longer keys (hostile ids, before validation) are not kept
+
+
 def _positive_hash(key: bytes) -> int:
-    """murmur2 (pure Python in aiokafka, ~6 us a key), cached: a turn's records share its key."""
+    """murmur2 (pure Python in aiokafka, ~6 us a key), cached for short keys: a turn's records
+    share its key. The cache holds at most 16,384 keys of at most 256 bytes."""
+    if len(key) > _CACHED_KEY_BYTES:
+        return int(murmur2(key) & 0x7FFFFFFF)
+    return _cached_hash(key)
+
+
+@functools.lru_cache(maxsize=16_384)
+def _cached_hash(key: bytes) -> int:
     return int(murmur2(key) & 0x7FFFFFFF)
 
 

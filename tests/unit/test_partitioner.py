@@ -25,3 +25,14 @@ def test_the_cached_partitioner_agrees_with_aiokafkas(key: bytes, count: int) ->
 def test_a_record_without_a_key_goes_to_an_available_partition() -> None:
     for _ in range(50):
         assert default_partitioner(None, [0, 1, 2, 3], [2]) == 2
+
+
+def test_long_keys_are_hashed_but_never_kept() -> None:
+    """The routing check hashes ids before they are validated: a hostile megabyte-long key
+    must not stay in the cache."""
+    from processor.runtime import partitioner
+
+    before = partitioner._cached_hash.cache_info().currsize
+    key = b"t/" + b"x" * 1_000_000
+    assert partition_for(key, 6) == (murmur2(key) & 0x7FFFFFFF) % 6
+    assert partitioner._cached_hash.cache_info().currsize == before
