@@ -54,6 +54,13 @@ def main() -> int:
     parser.add_argument("--broker-port", type=int, default=19292)
     parser.add_argument("--json", type=Path, default=None, help="append each report here")
     parser.add_argument("--keep", action="store_true", help="keep topics and broker data")
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="PROCESSOR_X=V",
+        help="a setting for every worker, e.g. a small bound to exercise back-pressure",
+    )
     args = parser.parse_args()
     kinds = [FaultKind(k) for k in args.kinds.split(",") if k]
     failed = False
@@ -73,6 +80,7 @@ def main() -> int:
             workdir=workdir,
             broker_port=args.broker_port,
             keep=args.keep,
+            worker_env=dict(item.split("=", 1) for item in args.worker_env),
         )
         report = asyncio.run(run(options))
         data = report.as_json()

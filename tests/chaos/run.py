@@ -44,6 +44,7 @@ class Options:
     broker_port: int = 19292
     settle_seconds: float = 180.0  # after the load: how long the calls may take to drain
     keep: bool = False  # keep the topics (and the broker's data dir) to inspect a failed run
+    worker_env: dict[str, str] = field(default_factory=dict)  # more PROCESSOR_* for workers
 
 
 @dataclass
@@ -92,7 +93,7 @@ async def run(options: Options) -> Report:
     faults = schedule(
         options.seed, options.faults, options.duration, options.kinds, options.workers
     )
-    cluster = Cluster(runtime, options.workers, DEFAULT_TIMEOUTS, broker)
+    cluster = Cluster(runtime, options.workers, {**DEFAULT_TIMEOUTS, **options.worker_env}, broker)
     driver = Driver(runtime.settings, plan, options.duration)
     try:
         await runtime.create_topics()
