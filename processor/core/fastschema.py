@@ -24,7 +24,7 @@ The values checked are what ``orjson.loads`` returns: dict, list, str, int, floa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from typing import Any, Final
 
 Check = Callable[[Any], bool]
@@ -42,7 +42,8 @@ _SUPPORTED: Final = frozenset(
 
 
 def _is_number(value: Any) -> bool:
-    return (type(value) is int or type(value) is float) and value is not True
+    """A JSON number as ``orjson.loads`` gives it (a bool is neither int nor float here)."""
+    return type(value) is int or type(value) is float
 
 
 _TYPE_CHECKS: Final[dict[str, Check]] = {
@@ -50,14 +51,10 @@ _TYPE_CHECKS: Final[dict[str, Check]] = {
     "array": lambda v: type(v) is list,
     "string": lambda v: type(v) is str,
     "integer": lambda v: type(v) is int,
-    "number": lambda v: type(v) is int or type(v) is float,
+    "number": _is_number,
     "boolean": lambda v: type(v) is bool,
     "null": lambda v: v is None,
 }
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def compile_schema(schema: Any) -> Check | None:
@@ -168,31 +165,29 @@ def _const(argument: Any, schema: Mapping[str, Any]) -> Check | None:
 
 def _bound(compare: Callable[[Any, Any], bool]) -> Callable[[Any, Any], Check | None]:
     def make(argument: Any, schema: Mapping[str, Any]) -> Check | None:
-        if not _number(argument):
+        if not _is_number(argument):
             return None
         return lambda value: not _is_number(value) or compare(value, argument)
 
     return make
 
 
-def _length(longest: bool) -> Callable[[Any, Any], Check | None]:
+def _size(kind: type[Sized], most: bool) -> Callable[[Any, Any], Check | None]:
+    """``minLength``/``maxLength`` (``kind`` str: code points, as jsonschema counts them) and
+    ``minItems``/``maxItems`` (``kind`` list): values of another type satisfy them."""
+
     def make(argument: Any, schema: Mapping[str, Any]) -> Check | None:
         if type(argument) is not int or argument < 0:
             return None
-        if longest:
-            return lambda value: type(value) is not str or len(value) <= argument
-        return lambda value: type(value) is not str or len(value) >= argument
+        bound: int = argument
 
-    return make
+        def within(value: Any) -> bool:
+            if type(value) is not kind:
+                return True
+            size = len(value)
+            return size <= bound if most else size >= bound
 
-
-def _count(most: bool) -> Callable[[Any, Any], Check | None]:
-    def make(argument: Any, schema: Mapping[str, Any]) -> Check | None:
-        if type(argument) is not int or argument < 0:
-            return None
-        if most:
-            return lambda value: type(value) is not list or len(value) <= argument
-        return lambda value: type(value) is not list or len(value) >= argument
+        return within
 
     return make
 
@@ -217,9 +212,9 @@ _KEYWORDS: Final[dict[str, Callable[[Any, Mapping[str, Any]], Check | None]]] = 
     "maximum": _bound(lambda v, bound: v <= bound),
     "exclusiveMinimum": _bound(lambda v, bound: v > bound),
     "exclusiveMaximum": _bound(lambda v, bound: v < bound),
-    "minLength": _length(longest=False),
-    "maxLength": _length(longest=True),
-    "minItems": _count(most=False),
-    "maxItems": _count(most=True),
+    "minLength": _size(str, most=False),
+    "maxLength": _size(str, most=True),
+    "minItems": _size(list, most=False),
+    "maxItems": _size(list, most=True),
     "items": _items,
 }
