@@ -38,9 +38,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -151,6 +151,13 @@ class _TransactionFailed(Exception):
     """A transaction kept failing; the record in hand must be fetched and decided again."""
 
 
+_T = TypeVar("_T")
+
+
+class _Abandoned(Exception):
+    """The broker is gone and the executor is exiting: a take or release was cancelled."""
+
+
 class _Stopping(Exception):
     """The executor is stopping; leave the record in hand unacknowledged."""
 
@@ -220,6 +227,9 @@ class ExecutorClient:
         self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
+        self._abandon = False
+        # takes and releases in progress (they wait on the broker): abandon cancels them
+        self._broker_work: set[asyncio.Task[Any]] = set()
         self._started = False
         self._next_forget = 0.0
 
@@ -278,7 +288,12 @@ class ExecutorClient:
         )
 
     async def stop(self) -> None:
-        """Stop consuming; finish the record in hand; release every partition; leave."""
+        """Stop consuming; finish the record in hand; release every partition; leave.
+
+        After :meth:`request_stop` with ``abandon=True`` (the broker is gone) nothing is flushed:
+        each producer is discarded, its open transaction left to be aborted by the next owner's
+        InitProducerId or the transaction timeout, so its calls run again under the fence and
+        the ledger; flushing to a broker that is gone would retry until killed."""
         self._stopping.set()
         if not self._started:
             return
@@ -288,7 +303,10 @@ class ExecutorClient:
         self._retakes.clear()
         async with self._lock:
             for owned in list(self._owned.values()):
-                await self._release(owned)
+                if self._abandon:
+                    await discard_producer(owned.producer)
+                else:
+                    await self._release(owned)
             self._owned.clear()
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
@@ -297,9 +315,14 @@ class ExecutorClient:
         await self._barrier.stop()
         log.info("executor stopped", extra=fields(executor_id=self.executor_id))
 
-    def request_stop(self) -> None:
-        """Ask :meth:`run` to return after the record in hand (signal-safe)."""
+    def request_stop(self, *, abandon: bool = False) -> None:
+        """Ask :meth:`run` to return after the record in hand (signal-safe). ``abandon``: the
+        broker is gone, so :meth:`stop` must not try to commit anything on the way out."""
+        self._abandon = self._abandon or abandon
         self._stopping.set()
+        if self._abandon:
+            for work in self._broker_work:
+                work.cancel()
 
     async def run(self) -> None:
         """Process dispatch records until :meth:`request_stop` or :meth:`stop`."""
@@ -376,13 +399,33 @@ class ExecutorClient:
                 if tp.topic != self.topics.dispatch:
                     continue
                 previous = self._owned.pop(tp.partition, None)
-                if previous is not None:
-                    await self._release(previous)
                 try:
-                    self._owned[tp.partition] = await self._take(tp.partition)
+                    if previous is not None:
+                        await self._abortable(self._release(previous))
+                    self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
+                except _Abandoned:
+                    break
                 except Exception as exc:  # aiokafka swallows listener errors: retry here
                     self._retry_take(tp, exc)
         self.assigned.set()
+
+    async def _abortable(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Run a take or release that waits on the broker, so that abandoning the broker
+        (:meth:`request_stop` with ``abandon``) cancels it: :class:`_Abandoned` then."""
+        if self._abandon:
+            work.close()
+            raise _Abandoned
+        task = asyncio.ensure_future(work)
+        self._broker_work.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if not task.cancelled() or (me is not None and me.cancelling()):
+                raise
+            raise _Abandoned from None
+        finally:
+            self._broker_work.discard(task)
 
     def _retry_take(self, tp: TopicPartition, exc: BaseException) -> None:
         """Pause a partition whose take failed and retry the take in the background."""
@@ -410,7 +453,9 @@ class ExecutorClient:
                     if tp.partition in self._owned:
                         return
                     try:
-                        self._owned[tp.partition] = await self._take(tp.partition)
+                        self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
+                    except _Abandoned:
+                        return
                     except Exception as exc:
                         log.warning(
                             "retrying the take of a dispatch partition",
@@ -432,7 +477,10 @@ class ExecutorClient:
             for tp in revoked:
                 owned = self._owned.pop(tp.partition, None)
                 if owned is not None:
-                    await self._release(owned)
+                    try:
+                        await self._abortable(self._release(owned))
+                    except _Abandoned:
+                        await discard_producer(owned.producer)
 
     async def _take(self, partition: int) -> _Owned:
         """Fence the previous owner, restore the ledger, report its unfinished claims."""
@@ -446,8 +494,7 @@ class ExecutorClient:
                 timeout=self.settings.restore_timeout_seconds,
             )
         except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
+            await discard_producer(producer)  # nothing to flush; bounded with the broker gone
             raise
         owned = _Owned(partition=partition, producer=producer, entries=entries)
         dangling = [e for e in entries.values() if e.state is EntryState.CLAIMED]
@@ -487,7 +534,11 @@ class ExecutorClient:
             transaction_timeout_ms=self.settings.transaction_timeout_ms,
             max_request_size=self.settings.max_message_bytes,
         )
-        await producer.start()  # InitProducerId: fences and completes the previous owner's txn
+        try:
+            await producer.start()  # InitProducerId: fences and completes the previous owner's txn
+        except BaseException:
+            await discard_producer(producer)
+            raise
         return producer
 
     # ------------------------------------------------------------------ one record

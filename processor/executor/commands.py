@@ -51,6 +51,8 @@ UNSIGNED_WARNING: Final = (
     "--allow-unsigned-operators: the fence applies operator commands WITHOUT signature checks. "
     "Never run a deployed executor like this."
 )
+# after losing the broker, how long the record in hand may take before its task is cancelled
+ABANDON_GRACE_SECONDS: Final = 2.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -128,9 +130,14 @@ async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
     settings = client.settings
     lost: list[CliError] = []
 
+    running: asyncio.Task[None] | None = None
+
     def on_lost(error: CliError) -> None:
         lost.append(error)
-        client.request_stop()
+        client.request_stop(abandon=True)
+        # a record in hand may be waiting on the gone broker (a commit waits without a bound)
+        if running is not None:
+            asyncio.get_running_loop().call_later(ABANDON_GRACE_SECONDS, running.cancel)
 
     broker = BrokerWatch(settings, on_lost)
     loop = asyncio.get_running_loop()
@@ -160,8 +167,13 @@ async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
                 await runtime_topics.create_topics(settings, admin)
         await client.start()
         watch = asyncio.create_task(broker.run())
+        running = asyncio.create_task(client.run())
         try:
-            await client.run()
+            try:
+                await running
+            except asyncio.CancelledError:
+                if not lost or (task := asyncio.current_task()) is None or task.cancelling():
+                    raise
         finally:
             watch.cancel()
             await client.stop()
