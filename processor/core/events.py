@@ -546,6 +546,13 @@ def decode_input(
         raw = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
         raise RecordRejected("undecodable", f"not JSON: {exc.msg}") from None
+    return decode_input_value(raw, now=now, clock_skew=clock_skew)
+
+
+def decode_input_value(
+    raw: object, *, now: float | None = None, clock_skew: float = DEFAULT_CLOCK_SKEW_SECONDS
+) -> InputEvent:
+    """:func:`decode_input` of a record already parsed as JSON (``orjson.loads``)."""
     if not isinstance(raw, dict):
         raise RecordRejected("undecodable", "record is not a JSON object")
     version = raw.get("v")

@@ -104,6 +104,7 @@ from processor.settings import Settings
 log = logging.getLogger(__name__)
 
 _MAX_TRACES: Final = 10_000
+_UNPARSED: Final = object()  # a record that is not JSON (the Assembler says why)
 _ALLOWED: Final = {"fragments": FRAGMENT_TYPES, "control": CONTROL_TYPES}
 
 
@@ -417,13 +418,22 @@ class PartitionTask:
     ) -> list[OutputRecord]:
         payload: bytes = record.value or b""
         source = RecordSource(record.topic, record.partition, record.offset)
-        problem = self._misplaced(payload, role)
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:  # the Assembler dead-letters it, with the parse error
+            data = _UNPARSED
+        problem = None if data is _UNPARSED else self._misplaced(data, role)
         if problem is not None:
             reason, detail = problem
             return [self.assembler.dead_letter(payload, source, reason, detail, now)]
         try:
             written = record.timestamp / 1000.0  # control uses LogAppendTime: the broker's clock
-            return self.assembler.handle_record(
+            if data is _UNPARSED:
+                return self.assembler.handle_record(
+                    payload, source, now, record_time=written, barrier=barrier
+                )
+            return self.assembler.handle_parsed(
+                data,
                 payload,
                 source,
                 now,
@@ -444,16 +454,13 @@ class PartitionTask:
             detail = f"internal error {type(exc).__name__}"
             return [self.assembler.dead_letter(payload, source, "internal_error", detail, now)]
 
-    def _misplaced(self, payload: bytes, role: str) -> tuple[str, str] | None:
-        """A decodable record on the wrong topic or partition: (reason, detail), else None.
-
-        Undecodable records are the Assembler's to dead-letter, with their own reasons.
+    def _misplaced(self, data: object, role: str) -> tuple[str, str] | None:
+        """A decodable record (parsed) on the wrong topic or partition: (reason, detail), else
+        None. Undecodable records are the Assembler's to dead-letter, with their own reasons.
         """
-        try:
-            data = orjson.loads(payload)
-        except orjson.JSONDecodeError:
+        if not isinstance(data, dict):
             return None
-        kind = data.get("type") if isinstance(data, dict) else None
+        kind = data.get("type")
         if not isinstance(kind, str) or kind not in FRAGMENT_TYPES | CONTROL_TYPES:
             return None
         if kind not in _ALLOWED[role]:

@@ -289,3 +289,42 @@ def test_waiting_for_control_reaches_zero_once_control_is_applied_to_every_barri
         assert p.assembler.waiting_for_control <= n + 1
     p.position(top)
     assert p.assembler.waiting_for_control == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    barriers=st.lists(st.integers(min_value=2, max_value=12), min_size=1, max_size=12),
+    steps=st.lists(st.integers(min_value=1, max_value=13), min_size=1, max_size=6),
+)
+def test_advancing_control_frees_exactly_the_calls_it_passes_in_their_order_of_entry(
+    barriers: list[int], steps: list[int]
+) -> None:
+    """Calls held with barriers in any order: each advance frees those at or below it, in the
+    order they were held (the held set is a heap; the order is the one a scan would give)."""
+    p = fresh()
+    p.control(turn_started(), 0)
+    calls = [
+        Call(call_id=f"call_{i}", item_id=f"item-{i}", response_id=f"resp-{i}")
+        for i in range(len(barriers))
+    ]
+    for call, barrier in zip(calls, barriers, strict=True):
+        for event in call.stream(WEATHER):
+            p.fragment(event, barrier=barrier)
+    assert p.dispatches == []
+    freed: list[str] = []
+    position = 1
+    for step in [*steps, 13]:
+        before = len(p.dispatches)
+        if step > position:
+            position = step
+            p.position(position)
+        now_freed = [d.call_id for d in p.dispatches[before:]]
+        expected = [
+            c.call_id
+            for c, b in zip(calls, barriers, strict=True)
+            if b <= position and c.call_id not in freed
+        ]
+        assert now_freed == expected
+        freed += now_freed
+    assert sorted(freed) == sorted(c.call_id for c in calls)
+    assert p.assembler.waiting_for_control == 0 and not p.assembler.holds_for_control
