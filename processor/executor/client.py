@@ -404,6 +404,8 @@ class ExecutorClient:
                         await self._abortable(self._release(previous))
                     self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
                 except _Abandoned:
+                    if previous is not None:
+                        await discard_producer(previous.producer)
                     break
                 except Exception as exc:  # aiokafka swallows listener errors: retry here
                     self._retry_take(tp, exc)

@@ -15,7 +15,18 @@ from tests.integration.conftest import run_bench
 
 
 def test_worker_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
-    args = ["--calls", "100", "--repeat", "1", "--latency-seconds", "2", "--timeout", "120"]
+    args = [
+        "--calls",
+        "100",
+        "--repeat",
+        "1",
+        "--latency-seconds",
+        "2",
+        "--latency-repeat",
+        "1",
+        "--timeout",
+        "120",
+    ]
     result, stdout = run_bench(
         "bench_worker_kafka.py",
         *args,
