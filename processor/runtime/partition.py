@@ -104,7 +104,14 @@ from processor.settings import Settings
 log = logging.getLogger(__name__)
 
 _MAX_TRACES: Final = 10_000
-_UNPARSED: Final = object()  # a record that is not JSON (the Assembler says why)
+_UNPARSED: Final = object()
+
+
+def _timestamp(record: ConsumerRecord) -> int:
+    return int(record.timestamp)
+
+
+# a record that is not JSON (the Assembler says why)
 _ALLOWED: Final = {"fragments": FRAGMENT_TYPES, "control": CONTROL_TYPES}
 
 
@@ -374,14 +381,16 @@ class PartitionTask:
         """
         step = Step()
         self.clean = False  # until this step is committed (or turns out empty)
-        merged: Iterable[ConsumerRecord] = heapq.merge(
-            records.get("control", ()),
-            records.get("fragments", ()),
-            key=lambda r: r.timestamp,
+        control, fragments = records.get("control", ()), records.get("fragments", ())
+        merged: Iterable[ConsumerRecord] = (
+            heapq.merge(control, fragments, key=_timestamp)
+            if control and fragments
+            else control or fragments
         )
+        tps = {self.topics.fragments: self.fragments_tp, self.topics.control: self.control_tp}
         for record in merged:
             role = self.roles[record.topic]
-            tp = TopicPartition(record.topic, record.partition)
+            tp = tps[record.topic]  # this task's partition: the worker routes by partition
             if record.offset < self.expected.get(tp, 0):
                 step.skipped[role] = step.skipped.get(role, 0) + 1
                 continue
