@@ -13,7 +13,7 @@ the caller's responsibility: never format a record's content into them.
 A client without its broker logs the same line many times a second (aiokafka retries each
 connection every 100 ms: ~130 lines a second from one executor). :class:`RepeatedLines` lets
 each distinct aiokafka line through once per window and counts the rest into the next one
-that passes (``"repeated": n``), so an outage reads as a few lines a minute, nothing lost.
+that passes (``"repeated": n``), so an outage reads as a few lines a minute, with counts.
 """
 
 from __future__ import annotations

@@ -104,15 +104,12 @@ from processor.settings import Settings
 log = logging.getLogger(__name__)
 
 _MAX_TRACES: Final = 10_000
-_UNPARSED: Final = object()
+_UNPARSED: Final = object()  # a record that is not JSON (the Assembler says why)
+_ALLOWED: Final = {"fragments": FRAGMENT_TYPES, "control": CONTROL_TYPES}
 
 
 def _timestamp(record: ConsumerRecord) -> int:
     return int(record.timestamp)
-
-
-# a record that is not JSON (the Assembler says why)
-_ALLOWED: Final = {"fragments": FRAGMENT_TYPES, "control": CONTROL_TYPES}
 
 
 class TaskState(enum.Enum):

@@ -134,7 +134,7 @@ async def _send_all(
         batch, count = producer.create_batch(), 0
         for r in batch_records:
             while batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers) is None:
-                if not count:  # a record alone larger than a batch: aiokafka's own error
+                if not count:  # never: a batch takes any first record (a guard, not to drop one)
                     raise MessageSizeTooLargeError(f"a {len(r.value or b'')} byte record")
                 into.append(await producer.send_batch(batch, topic, partition=partition))
                 batch, count = producer.create_batch(), 0
