@@ -95,11 +95,11 @@ from processor.core.events import (
     TurnCancelled,
     TurnStarted,
     UserState,
-    decode_input,
     decode_input_value,
     decode_key,
     encode_key,
     event_time,
+    parse_input,
     stable_id,
     trusted_call_key,
 )
@@ -217,12 +217,12 @@ class Assembler:
         fragment record, the control position that must be applied before what it completes may
         act (see the module docstring).
         """
-        try:  # dated by the worker's own clock: a producer's record timestamp may lie
-            event = decode_input(payload, now=now, clock_skew=self.limits.max_clock_skew_seconds)
+        try:
+            raw = parse_input(payload)
         except RecordRejected as exc:
             return [self.dead_letter(payload, source, exc.reason, exc.detail, now)]
-        return self.handle_decoded(
-            event, payload, source, now, record_time=record_time, barrier=barrier
+        return self.handle_parsed(
+            raw, payload, source, now, record_time=record_time, barrier=barrier
         )
 
     def handle_parsed(
@@ -237,7 +237,7 @@ class Assembler:
     ) -> list[OutputRecord]:
         """:meth:`handle_record` of a record its caller already parsed (``orjson.loads`` of
         ``payload``, which dead letters quote): the same decisions, one parse fewer."""
-        try:
+        try:  # dated by the worker's own clock: a producer's record timestamp may lie
             event = decode_input_value(raw, now=now, clock_skew=self.limits.max_clock_skew_seconds)
         except RecordRejected as exc:
             return [self.dead_letter(payload, source, exc.reason, exc.detail, now)]

@@ -542,11 +542,15 @@ def decode_input(
     ``now``, a record whose own time (``ts`` or ``issued_at``) is more than ``clock_skew``
     seconds after ``now`` is rejected as ``future_time``.
     """
+    return decode_input_value(parse_input(payload), now=now, clock_skew=clock_skew)
+
+
+def parse_input(payload: bytes | str) -> object:
+    """The JSON value of a record, or ``RecordRejected("undecodable")``."""
     try:
-        raw = orjson.loads(payload)
+        return orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
         raise RecordRejected("undecodable", f"not JSON: {exc.msg}") from None
-    return decode_input_value(raw, now=now, clock_skew=clock_skew)
 
 
 def decode_input_value(
