@@ -37,9 +37,10 @@ one ordered stream) nothing is held.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,11 +96,11 @@ from processor.core.events import (
     TurnCancelled,
     TurnStarted,
     UserState,
+    decode_input,
     decode_input_value,
     decode_key,
     encode_key,
     event_time,
-    parse_input,
     stable_id,
     trusted_call_key,
 )
@@ -217,12 +218,9 @@ class Assembler:
         fragment record, the control position that must be applied before what it completes may
         act (see the module docstring).
         """
-        try:
-            raw = parse_input(payload)
-        except RecordRejected as exc:
-            return [self.dead_letter(payload, source, exc.reason, exc.detail, now)]
-        return self.handle_parsed(
-            raw, payload, source, now, record_time=record_time, barrier=barrier
+        decode = functools.partial(decode_input, payload)
+        return self._decode_and_handle(
+            decode, payload, source, now, record_time=record_time, barrier=barrier
         )
 
     def handle_parsed(
@@ -237,8 +235,23 @@ class Assembler:
     ) -> list[OutputRecord]:
         """:meth:`handle_record` of a record its caller already parsed (``orjson.loads`` of
         ``payload``, which dead letters quote): the same decisions, one parse fewer."""
+        decode = functools.partial(decode_input_value, raw)
+        return self._decode_and_handle(
+            decode, payload, source, now, record_time=record_time, barrier=barrier
+        )
+
+    def _decode_and_handle(
+        self,
+        decode: Callable[..., InputEvent],
+        payload: bytes,
+        source: RecordSource,
+        now: float,
+        *,
+        record_time: float | None,
+        barrier: int | None,
+    ) -> list[OutputRecord]:
         try:  # dated by the worker's own clock: a producer's record timestamp may lie
-            event = decode_input_value(raw, now=now, clock_skew=self.limits.max_clock_skew_seconds)
+            event = decode(now=now, clock_skew=self.limits.max_clock_skew_seconds)
         except RecordRejected as exc:
             return [self.dead_letter(payload, source, exc.reason, exc.detail, now)]
         return self.handle_decoded(
