@@ -23,7 +23,7 @@ worker / pass-through <= 1.5.
 Every run uses fresh, uniquely named topics (deleted afterwards) on the shared broker
 (``KAFKA_BOOTSTRAP_SERVERS``, default 127.0.0.1:9092).
 
-    .venv/bin/python bench/bench_worker_kafka.py [--calls 20000] [--repeat 3] [--latency-seconds 20]
+    .venv/bin/python bench/bench_worker_kafka.py [--calls 20000] [--repeat 5] [--latency-repeat 5] [--latency-seconds 20]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from aiokafka.structs import TopicPartition  # noqa: E402
 
 from processor.core.events import encode, turn_key  # noqa: E402
 from processor.runtime.codec import Outbound  # noqa: E402
-from processor.runtime.transaction import CommitPlan, commit  # noqa: E402
+from processor.runtime.transaction import CommitPlan, commit, producer_kwargs  # noqa: E402
 from processor.settings import Settings  # noqa: E402
 from tests.integration.conftest import Runtime, call_events, turn_started  # noqa: E402
 
@@ -447,11 +447,9 @@ async def passthrough(prefix: str, partitions: int, group: str, out: str, name: 
     async def producer(p: int) -> AIOKafkaProducer:
         """The transactional producer of input partition p (made once, as the worker's)."""
         if p not in producers:
-            made = AIOKafkaProducer(
+            made = AIOKafkaProducer(  # configured as the worker's (batch size, linger, …)
                 transactional_id=f"{group}-{p}",
-                transaction_timeout_ms=5000,
-                linger_ms=5,
-                **{**settings.kafka_client_kwargs(), "client_id": f"pt-{name}-{p}"},
+                **producer_kwargs(settings, client_id=f"pt-{name}-{p}"),
             )
             await made.start()
             producers[p] = made
@@ -645,10 +643,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--tenants", type=int, default=TENANTS, help="calls spread over N tenants")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--latency-seconds", type=float, default=20.0, help="0: no latency run")
     parser.add_argument(
-        "--latency-repeat", type=int, default=3, help="interleaved latency runs of each side"
+        "--latency-repeat", type=int, default=5, help="interleaved latency runs of each side"
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="per throughput run")
     parser.add_argument("--results", type=Path, default=RESULTS)

@@ -96,7 +96,7 @@ SECTIONS = [
         "worker",
         "Worker on the real broker: throughput and latency against a raw pass-through",
         "bench_worker_kafka.py",
-        ["--calls", "20000", "--repeat", "3", "--latency-seconds", "20", "--latency-repeat", "3"],
+        ["--calls", "20000", "--repeat", "5", "--latency-seconds", "20", "--latency-repeat", "5"],
         [
             "--calls",
             "150",

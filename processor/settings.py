@@ -180,6 +180,10 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
     batch_max_records: int = Field(default=500, gt=0)
+    # The largest record batch the worker's transactional producers build per output partition
+    # (capped at max_message_bytes). aiokafka's 16 KiB default cut one step's changelog into
+    # several batches sent one after the other, each waiting for the one before it to leave.
+    producer_batch_bytes: int = Field(default=1024 * 1024, gt=0)
     poll_timeout_ms: int = Field(default=200, ge=0)
     tick_interval_seconds: float = Field(default=1.0, gt=0)
     # A dead member is noticed after the session timeout: its partitions stand still until

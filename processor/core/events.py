@@ -33,7 +33,8 @@ import json
 import math
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated, Any, Final, Literal, get_args
+from types import UnionType
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import orjson
 from pydantic import (
@@ -603,6 +604,34 @@ def describe_validation_error(exc: ValidationError, kind: str | None = None) -> 
     return "; ".join(parts)
 
 
+def _flat_value(annotation: Any) -> bool:
+    """Whether every value of this annotation is stored as the JSON value it dumps to (a
+    string, number, bool, None, string enum, or a dict or list of JSON values)."""
+    if annotation in (str, int, float, bool, type(None), Any):
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return True
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return all(type(a) in (str, int, bool) for a in get_args(annotation))
+    if origin in (Annotated, UnionType, Union, dict, list):
+        args = get_args(annotation)
+        return all(_flat_value(a) for a in (args[:1] if origin is Annotated else args))
+    return False
+
+
+def _flat_models() -> frozenset[type[BaseModel]]:
+    records = [*get_args(get_args(InputEvent)[0]), *OUTPUT_TYPES]
+    return frozenset(
+        m for m in records if all(_flat_value(f.annotation) for f in m.model_fields.values())
+    )
+
+
+_FLAT: Final = _flat_models()
+"""Record types whose ``__dict__`` orjson encodes exactly as ``model_dump(mode="json")`` would
+(no nested model, date or path): the worker encodes four of them per call."""
+
+
 def encode(record: BaseModel) -> bytes:
     """The one canonical encoding of every record (orjson, ``None`` fields kept).
 
@@ -610,6 +639,11 @@ def encode(record: BaseModel) -> bytes:
     built in-process, never in one decoded from the wire) is not UTF-8, so it is written with
     ASCII escapes instead; a reader's strict decoder then rejects that record as undecodable.
     """
+    if type(record) in _FLAT:
+        try:
+            return orjson.dumps(record.__dict__)  # a seventh of the cost of model_dump first
+        except TypeError:  # a lone surrogate (or an integer orjson does not take): below
+            pass
     data = record.model_dump(mode="json")
     try:
         return orjson.dumps(data)

@@ -188,11 +188,8 @@ class PartitionTask:
         await self.close_producer()
         producer = AIOKafkaProducer(
             transactional_id=self.transactional_id,
-            transaction_timeout_ms=s.transaction_timeout_ms,
-            max_request_size=s.max_message_bytes,
-            linger_ms=5,
             partitioner=default_partitioner,
-            **{**s.kafka_client_kwargs(), "client_id": f"{s.client_id}-txn-{self.partition}"},
+            **transaction.producer_kwargs(s, client_id=f"{s.client_id}-txn-{self.partition}"),
         )
         try:
             await producer.start()  # InitProducerId: fences older producers of this id

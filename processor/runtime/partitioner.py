@@ -23,6 +23,7 @@ FANNED_OUT: Final = frozenset({"tool.disabled", "tool.enabled", "tenant.stopped"
 
 
 _CACHED_KEY_BYTES: Final = 256  # longer keys (hostile ids, before validation) are not kept
+_CACHED_KEY_CHARS: Final = 128  # the same for (tenant, turn) pairs, in characters
 
 
 def _positive_hash(key: bytes) -> int:
@@ -60,10 +61,24 @@ def misrouted(record: dict[str, object], partition: int, partitions: int) -> str
         return None
     if not isinstance(tenant, str) or not isinstance(turn, str):
         return None
-    home = partition_for(turn_key(tenant, turn).encode("utf-8", "surrogatepass"), partitions)
+    if len(tenant) + len(turn) <= _CACHED_KEY_CHARS:
+        home = _cached_home(tenant, turn, partitions)
+    else:
+        home = _home(tenant, turn, partitions)
     if home == partition:
         return None
     return (
         f"a {kind} record on partition {partition}, but its turn key hashes to partition {home} "
         "(murmur2): its producer must use Kafka's default partitioner"
     )
+
+
+def _home(tenant: str, turn: str, partitions: int) -> int:
+    return partition_for(turn_key(tenant, turn).encode("utf-8", "surrogatepass"), partitions)
+
+
+@functools.lru_cache(maxsize=16_384)
+def _cached_home(tenant: str, turn: str, partitions: int) -> int:
+    """:func:`_home` of a short turn key, cached: every record of a turn asks (a call is about
+    seven records), and this is on the worker's per-record path."""
+    return _home(tenant, turn, partitions)

@@ -37,6 +37,25 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from processor.runtime.clients import discard_producer, settle_unawaited
 from processor.runtime.codec import Outbound
+from processor.settings import Settings
+
+
+def producer_kwargs(settings: Settings, *, client_id: str) -> dict[str, Any]:
+    """The settings of a producer that runs this commit step (without its transactional id).
+
+    Batches up to ``producer_batch_bytes`` (never above ``max_message_bytes``): a step's
+    records for one partition then leave in one batch. aiokafka accepts a second batch for a
+    partition only once the first has left, so small batches make the sends of a step wait on
+    one another (the changelog of a 500-record step took five or six 16 KiB batches).
+    """
+    return {
+        **settings.kafka_client_kwargs(),
+        "client_id": client_id,
+        "transaction_timeout_ms": settings.transaction_timeout_ms,
+        "max_request_size": settings.max_message_bytes,
+        "max_batch_size": min(settings.producer_batch_bytes, settings.max_message_bytes),
+        "linger_ms": 5,
+    }
 
 
 class TransactionFailed(Exception):
@@ -118,7 +137,10 @@ async def _send_all(
     ``send_batch`` instead of one ``send`` per record: aiokafka's per-record path (metadata
     wait, serialisation, partitioner, accumulator, a future per record) was a tenth of the
     worker's CPU on a backlog (bench_worker_kafka.py). Keyed records without a partition get
-    the producer's own partitioner, as ``send`` would give them."""
+    the producer's own partitioner, as ``send`` would give them.
+
+    Each batch is closed before it is handed over: an open one waits ``linger_ms`` for more
+    records before it leaves (none would come: the step hands over every record at once)."""
     by_tp: dict[tuple[str, int], list[Outbound]] = {}
     known: set[str] = set()
     for r in records:
@@ -136,9 +158,11 @@ async def _send_all(
             while batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers) is None:
                 if not count:  # never: a batch takes any first record (a guard, not to drop one)
                     raise MessageSizeTooLargeError(f"a {len(r.value or b'')} byte record")
+                batch.close()
                 into.append(await producer.send_batch(batch, topic, partition=partition))
                 batch, count = producer.create_batch(), 0
             count += 1
+        batch.close()
         into.append(await producer.send_batch(batch, topic, partition=partition))
     return count
 

@@ -10,7 +10,7 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.runtime.partitioner import default_partitioner, partition_for
+from processor.runtime.partitioner import default_partitioner, misrouted, partition_for
 
 
 @given(st.binary(max_size=300), st.integers(1, 64))
@@ -36,3 +36,31 @@ def test_long_keys_are_hashed_but_never_kept() -> None:
     key = b"t/" + b"x" * 1_000_000
     assert partition_for(key, 6) == (murmur2(key) & 0x7FFFFFFF) % 6
     assert partitioner._cached_hash.cache_info().currsize == before
+
+
+@given(st.text(max_size=200), st.text(max_size=200), st.integers(1, 64))
+def test_the_routing_check_names_the_turn_keys_partition(
+    tenant: str, turn: str, count: int
+) -> None:
+    """``misrouted`` (cached per short turn, computed for long ones) accepts a record exactly
+    on the partition its turn key ``tenant/turn_id`` hashes to, whatever the ids hold."""
+    key = f"{tenant}/{turn}".encode("utf-8", "surrogatepass")
+    home = (murmur2(key) & 0x7FFFFFFF) % count
+    record = {"type": "call.delta", "tenant": tenant, "turn_id": turn}
+    for _ in range(2):  # the second time from the cache
+        for partition in range(count):
+            found = misrouted(record, partition, count)
+            assert (found is None) == (partition == home)
+            if found is not None:
+                assert f"hashes to partition {home} " in found
+
+
+def test_long_turns_are_checked_but_never_kept() -> None:
+    from processor.runtime import partitioner
+
+    before = partitioner._cached_home.cache_info().currsize
+    record = {"type": "call.delta", "tenant": "acme", "turn_id": "x" * 1_000_000}
+    key = b"acme/" + b"x" * 1_000_000
+    home = (murmur2(key) & 0x7FFFFFFF) % 6
+    assert misrouted(record, home, 6) is None and misrouted(record, (home + 1) % 6, 6)
+    assert partitioner._cached_home.cache_info().currsize == before
