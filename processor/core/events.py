@@ -577,9 +577,12 @@ def decode_input_value(
     return event
 
 
+_DATED_BY_TS: Final = (_Fragment, ResponseEnded)  # a tuple: ``A | B`` would build a union a call
+
+
 def event_time(event: InputEvent) -> float:
     """When a record says it was made: ``ts`` of a fragment, ``issued_at`` of a command."""
-    if isinstance(event, _Fragment | ResponseEnded):
+    if isinstance(event, _DATED_BY_TS):
         return event.ts
     return event.issued_at
 

@@ -71,7 +71,7 @@ def encode_output(record: OutputRecord, topics: TopicNames, traceparent: str | N
 
 def encode_change(change: StateChange, changelog: str, partition: int) -> Outbound:
     key = change.key.encode()
-    return Outbound(topic=changelog, key=key, value=change.value, headers=[], partition=partition)
+    return Outbound(changelog, key, change.value, [], partition)  # positional: the fast call
 
 
 def valid_traceparent(value: str | bytes | None) -> str | None:

