@@ -7,7 +7,8 @@ Throughput. A backlog is pre-loaded (``--calls`` calls, default 20,000, each in 
 like the integration tests) or the pass-through consumes it. The pass-through
 (``bench_worker_kafka.py passthrough ...``, also a subprocess) has the worker's transaction
 shape: the same group consumer (read_committed, fragments + control, batches of 500), one
-transactional producer per input partition, and per batch and partition one transaction
+transactional producer per input partition configured as the worker's
+(``transaction.producer_kwargs``: batch size, linger), and per batch and partition one transaction
 through :func:`processor.runtime.transaction.commit` (begin, send, await every delivery,
 ``send_offsets_to_transaction``, commit); its transform copies each record to the output
 topic. A read_committed consumer in this process counts what becomes visible (dispatch
