@@ -229,18 +229,19 @@ def run_section(
     shown = " ".join(["python", f"bench/{section.script}", *args[: len(args) - 2 * bool(out_path)]])
     if reuse and out_path is not None and out_path.exists():
         result = json.loads(out_path.read_text())
-        when = datetime.datetime.fromtimestamp(out_path.stat().st_mtime, datetime.UTC)
+        ended, commit = _run_of(results, section.key, result, out_path)
         lines = [f"## {section.title}", ""]
         if section.intro:
             lines += [section.intro, ""]
         lines += [
-            f"Command: `{shown}` (figures of its run that ended {when:%Y-%m-%d %H:%M} UTC, "
+            f"Command: `{shown}` (figures of its run that ended {ended}, commit {commit}, "
             f"`bench/results/{out_path.name}`, rendered again)",
             "",
         ]
         assert section.render is not None
         lines.append(section.render("", result))
-        return "\n".join(lines), {"command": shown, "status": 0, "stdout": "", "result": result}
+        summary = {"command": shown, "status": 0, "stdout": "", "result": result}
+        return "\n".join(lines), {**summary, "ended": ended, "commit": commit}
     print(f"== {section.script} {' '.join(args)}", flush=True)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -326,9 +327,25 @@ def _stored(results: Path, key: str) -> dict[str, Any] | None:
     return stored
 
 
+def _run_of(results: Path, key: str, result: Any, out_path: Path) -> tuple[str, str]:
+    """When, and at which commit, the run that wrote ``result`` ended: the section record's,
+    when the record holds these very figures (a page rendered again keeps them). Otherwise
+    the results file was written outside ``run_all``: its modification time, commit unknown
+    (a checkout or a ``git stash pop`` also moves that time: the record is the better source).
+    """
+    stored = _stored(results, key)
+    if stored is not None and stored.get("summary", {}).get("result") == result:
+        return str(stored["ended"]), str(stored["commit"])
+    when = datetime.datetime.fromtimestamp(out_path.stat().st_mtime, datetime.UTC)
+    return f"{when:%Y-%m-%d %H:%M} UTC", "unknown"
+
+
 def _store(results: Path, key: str, text: str, summary: dict[str, Any]) -> None:
-    ended = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
-    record = {"markdown": text, "summary": summary, "ended": ended, "commit": _commit()}
+    """Record a section's page text and summary, with the end and commit of the run that made
+    its figures (those of the earlier run for a section rendered again)."""
+    ended = summary.get("ended") or f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    commit = summary.get("commit") or _commit()
+    record = {"markdown": text, "summary": summary, "ended": ended, "commit": commit}
     (results / f"{key}.section.json").write_text(json.dumps(record, indent=1) + "\n")
 
 

@@ -9,7 +9,9 @@ does not return every call), that the peers of the bench extra are installed, an
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +102,26 @@ def test_the_committed_page_has_every_section_and_its_targets() -> None:
     rows = [line for line in targets.splitlines() if line.startswith("| ") and "---" not in line]
     for prefix in ("| core: ", "| worker: throughput", "| worker: p99", "| CLI: "):
         assert any(row.startswith(prefix) for row in rows), prefix
+
+
+def test_a_section_rendered_again_keeps_the_time_and_commit_of_its_run(tmp_path: Path) -> None:
+    """``--reuse`` renders a section from its results file; the page must say when and at
+    which commit those figures were measured, not when the file was last touched (a checkout
+    or a ``git stash pop`` moves that time)."""
+    run_all = load("run_all")
+    result = {"figures": [1, 2, 3]}
+    out = tmp_path / "x.json"
+    out.write_text(json.dumps(result))
+    run = {"command": "c", "status": 0, "stdout": "", "result": result}
+    run_all._store(tmp_path, "x", "text", run)
+    stored = run_all._stored(tmp_path, "x")
+    assert stored is not None
+    measured = (stored["ended"], stored["commit"])
+    os.utime(out, (0, 0))  # touched since: 1970
+    assert run_all._run_of(tmp_path, "x", result, out) == measured
+    # rendered again, stored again: still the run's
+    run_all._store(tmp_path, "x", "text", {**run, "ended": measured[0], "commit": measured[1]})
+    assert run_all._run_of(tmp_path, "x", result, out) == measured
+    # figures written outside run_all: the file's time, and no commit claimed
+    other = {"figures": [4]}
+    assert run_all._run_of(tmp_path, "x", other, out) == ("1970-01-01 00:00 UTC", "unknown")
