@@ -172,6 +172,24 @@ def check_copartitioning(
         raise TopicLayoutError(f"{group.why}, but {shown} partitions. {group.remedy}")
 
 
+WORKER_OUTPUTS: Final = ("dispatch", "proposals", "status", "ledger", "audit", "deadletter")
+"""The topics a worker's transactions write, besides the changelog."""
+
+
+def smallest_message_limit(
+    states: Mapping[str, TopicState], roles: Iterable[str] = (*WORKER_OUTPUTS, "changelog")
+) -> int | None:
+    """The smallest ``max.message.bytes`` the cluster reports for these topics (None: none
+    reported). A record batch above a topic's limit is refused (``RecordBatchTooLarge``)."""
+    limits = []
+    for role in roles:
+        state = states.get(role)
+        value = state.config.get("max.message.bytes") if state is not None else None
+        if value is not None and value.isdigit():
+            limits.append(int(value))
+    return min(limits, default=None)
+
+
 async def describe_topics(settings: Settings, admin: AIOKafkaAdminClient) -> dict[str, TopicState]:
     """Role → what the cluster knows about that topic (missing topics have no partitions)."""
     names = settings.topics.all()

@@ -55,7 +55,11 @@ from processor.runtime.clients import (
 )
 from processor.runtime.partition import PartitionTask, Step, TaskState
 from processor.runtime.reachability import BrokerWatch, wait_for_broker
-from processor.runtime.topics import check_copartitioning, describe_topics
+from processor.runtime.topics import (
+    check_copartitioning,
+    describe_topics,
+    smallest_message_limit,
+)
 from processor.runtime.transaction import TransactionFailed
 from processor.settings import Settings
 
@@ -161,7 +165,23 @@ class Worker:
 
     async def _check_topics(self) -> None:
         async with admin_client(self.settings) as admin:
-            check_copartitioning(await describe_topics(self.settings, admin))
+            states = await describe_topics(self.settings, admin)
+        check_copartitioning(states)
+        self._fit_batches(smallest_message_limit(states))
+
+    def _fit_batches(self, limit: int | None) -> None:
+        """Keep the transactions' record batches within what the output topics accept: a topic
+        made elsewhere may take less than ``producer_batch_bytes`` (1 MiB by default), and a
+        batch above its ``max.message.bytes`` would fail the transaction every time."""
+        s = self.settings
+        if limit is None or limit >= min(s.producer_batch_bytes, s.max_message_bytes):
+            return
+        log.warning(
+            "record batches capped at the output topics' max.message.bytes",
+            extra=fields(producer_batch_bytes=s.producer_batch_bytes, max_message_bytes=limit),
+        )
+        self.settings = s.model_copy(update={"producer_batch_bytes": limit})
+        self.manager.settings = self.settings  # the partition tasks' producers are made from it
 
     def _consumer(self) -> AIOKafkaConsumer:
         s = self.settings
