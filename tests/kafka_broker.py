@@ -30,10 +30,13 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
+from aiokafka.structs import ConsumerRecord, TopicPartition
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_LOCAL = REPO_ROOT / "scripts" / "kafka-local"
@@ -115,6 +118,25 @@ async def create_topics(
         await _wait_topics(admin, topics, present=True)
     finally:
         await admin.close()
+
+
+async def read_partition(
+    tp: TopicPartition, *, isolation: str = "read_committed", **client: Any
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record of one partition, from its start to its end offset as of now (``client``:
+    the client keyword arguments, ``bootstrap_servers`` and security)."""
+    consumer = AIOKafkaConsumer(isolation_level=isolation, **client)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        out: list[ConsumerRecord[bytes, bytes]] = []
+        while await consumer.position(tp) < end:
+            out += (await consumer.getmany(tp, timeout_ms=1000)).get(tp, [])
+        return out
+    finally:
+        await consumer.stop()
 
 
 async def delete_topics(bootstrap: str, names: list[str] | Mapping[str, int]) -> None:

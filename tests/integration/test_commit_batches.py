@@ -18,14 +18,14 @@ import uuid
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from processor.runtime import transaction
 from processor.runtime.codec import Outbound
 from processor.runtime.transaction import CommitPlan
 from processor.settings import Settings
-from tests.kafka_broker import create_topics, delete_topics
+from tests.kafka_broker import create_topics, delete_topics, read_partition
 
 pytestmark = pytest.mark.integration
 
@@ -34,19 +34,8 @@ OUTPUT_PARTITIONS = 3
 
 async def _read(bootstrap: str, tp: TopicPartition) -> list[tuple[int, bytes, bytes]]:
     """(offset, key, value) of every committed record of ``tp``."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        out: list[tuple[int, bytes, bytes]] = []
-        while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000)
-            out += [(r.offset, r.key or b"", r.value or b"") for r in batch.get(tp, [])]
-        return out
-    finally:
-        await consumer.stop()
+    records = await read_partition(tp, bootstrap_servers=bootstrap)
+    return [(r.offset, r.key or b"", r.value or b"") for r in records]
 
 
 def _plan(prefix: str, changes: int, outputs: int) -> CommitPlan:

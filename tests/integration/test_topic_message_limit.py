@@ -14,7 +14,6 @@ batches.
 from __future__ import annotations
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import TopicPartition
 
@@ -26,6 +25,7 @@ from tests.integration.conftest import (
     turn_started,
     wait_until,
 )
+from tests.kafka_broker import read_partition
 
 pytestmark = pytest.mark.integration
 
@@ -35,22 +35,9 @@ ARGUMENTS = '{"city": "Oslo", "location": "%s"}' % ("harbour road " * 16)  # ~25
 
 
 async def _changelog_bytes(runtime: Runtime) -> int:
-    consumer = AIOKafkaConsumer(
-        isolation_level="read_committed", **runtime.settings.kafka_client_kwargs()
-    )
-    await consumer.start()
-    try:
-        tp = TopicPartition(runtime.topics.changelog, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        total = 0
-        while await consumer.position(tp) < end:
-            batch = await consumer.getmany(tp, timeout_ms=1000)
-            total += sum(len(r.value or b"") + len(r.key or b"") for r in batch.get(tp, []))
-        return total
-    finally:
-        await consumer.stop()
+    tp = TopicPartition(runtime.topics.changelog, 0)
+    records = await read_partition(tp, **runtime.settings.kafka_client_kwargs())
+    return sum(len(r.value or b"") + len(r.key or b"") for r in records)
 
 
 @pytest.mark.partitions(1)
