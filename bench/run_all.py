@@ -5,8 +5,9 @@ facts, the command of each section, its figures (medians, ratios) and, for each 
 issue 11, whether it is met, with the reason when it is not.
 
     .venv/bin/python bench/run_all.py                 # everything, full scale (tens of minutes)
-    .venv/bin/python bench/run_all.py --only core     # run some sections (core, worker, cli,
-                                                      # gating, assembler, jsonscan, attack); the
+    .venv/bin/python bench/run_all.py --only core     # run some sections (keys: core, worker,
+                                                      # takeover, gc, executor, cli, gating,
+                                                      # assembler, jsonscan, attack); the
                                                       # others keep their last figures
                                                       # (bench/results/<key>.section.json)
     .venv/bin/python bench/run_all.py --smoke --doc /tmp/b.md --results /tmp/r
@@ -126,6 +127,20 @@ SECTIONS = [
         "takeover.json",
         "--out",
         lambda stdout, result: str(_module("bench_takeover").markdown(result)),
+    ),
+    Section(
+        "gc",
+        "Worker: garbage-collector pauses as the state grows",
+        "bench_gc_pause.py",
+        ["--calls", "100000", "--repeat", "3"],
+        ["--calls", "300", "--repeat", "1"],
+        "gc_pause.json",
+        "--out",
+        lambda stdout, result: str(_module("bench_gc_pause").markdown(result)),
+        "CPython's full collections scan every object the worker keeps for the retention "
+        "window; the worker freezes what survives (`processor.runtime.collector`), so they "
+        "scan only what is new. Not a target of issue 11: it bounds the worker's pauses, "
+        "and so its latency tail, on a large state.",
     ),
     Section(
         "executor",

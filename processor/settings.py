@@ -201,6 +201,9 @@ class Settings(BaseSettings):
     state_dir: Path | None = None
     state_cache_mb: int = Field(default=16, gt=0)
     lag_interval_seconds: float = Field(default=5.0, gt=0)
+    # the worker freezes what survived its young collections this often, so full collections
+    # skip its long-lived state (processor.runtime.collector); 0: CPython's default collector
+    gc_freeze_interval_seconds: float = Field(default=1.0, ge=0)
 
     # -- observability ---------------------------------------------------------------------
     metrics_port: int | None = Field(default=None, ge=0, le=65535)

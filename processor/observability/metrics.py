@@ -49,6 +49,12 @@ CONSUMER_LAG: Final = Gauge(
     ["topic", "partition"],
 )
 
+GC_FROZEN_OBJECTS: Final = Gauge(
+    "toolcall_gc_frozen_objects",
+    "Objects the worker has taken out of the cyclic garbage collector's scans (its modules and "
+    "long-lived state; processor.runtime.collector).",
+)
+
 # -- assembler state ----------------------------------------------------------------------
 
 OPEN_BUFFERS: Final = Gauge(

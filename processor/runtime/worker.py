@@ -4,7 +4,9 @@ The loop, in the spirit of h11's example client (the Assembler is the protocol, 
 
     start:  load the registry and keyring, check co-partitioning, start the health endpoint,
             subscribe to fragments + control (range assignor, manual offsets, read_committed)
-    loop:   records = getmany(poll timeout, batch size)             (or stop on SIGTERM)
+    loop:   garbage collection policy: settle once an assignment is prepared, else age the
+            survivors of young collections at most once a second (:mod:`.collector`)
+            records = getmany(poll timeout, batch size)             (or stop on SIGTERM)
             with the processing lock:
                 barriers = control's committed end offsets, read now (after the fetch), for
                            the partitions whose batch holds fragments (one ListOffsets, on
@@ -53,6 +55,7 @@ from processor.runtime.clients import (
     ignore_fenced_leftovers,
     stop_consumer,
 )
+from processor.runtime.collector import Collector
 from processor.runtime.partition import PartitionTask, Step, TaskState
 from processor.runtime.reachability import BrokerWatch, wait_for_broker
 from processor.runtime.topics import (
@@ -87,6 +90,8 @@ class Worker:
         self.health: HealthServer | None = None
         self.broker = BrokerWatch(settings, on_lost=self._fatal)
         self._offsets: AIOKafkaConsumer | None = None  # the barrier's own connections
+        self.collector = Collector(settings.gc_freeze_interval_seconds)
+        self._settled_seq = -1  # the manager's seq when the collector last settled
 
     def new_assembler(self) -> Assembler:
         return Assembler(self.registry, self.limits, verifier=self.verifier)
@@ -149,6 +154,7 @@ class Worker:
         try:
             await self._offsets.start()
             await consumer.start()
+            self._settle()  # modules, registry, clients: long-lived from here on
             log.info(
                 "worker started",
                 extra=fields(group_id=self.settings.group_id, topics=[*self.topics.all().values()]),
@@ -214,6 +220,7 @@ class Worker:
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
             while not self._stop.is_set():
+                self._collect()
                 fetch_seq = self.manager.seq
                 fetch = asyncio.create_task(
                     consumer.getmany(
@@ -244,6 +251,28 @@ class Worker:
                 self._export_gauges(consumer)
         finally:
             stop_wait.cancel()
+
+    # ------------------------------------------------------------------ garbage collection
+
+    def _collect(self) -> None:
+        """The collector's policy (:mod:`.collector`): settle once every partition of the last
+        assignment is prepared (the restored state is long-lived), else age the survivors."""
+        manager = self.manager
+        if manager.seq != self._settled_seq and len(manager.ready_tasks()) == len(manager.tasks):
+            self._settle()
+        elif self.collector.age(time.monotonic()):
+            metrics.GC_FROZEN_OBJECTS.set(self.collector.frozen())
+
+    def _settle(self) -> None:
+        self._settled_seq = self.manager.seq
+        seconds = self.collector.settle(time.monotonic())
+        if self.collector.enabled:
+            frozen = self.collector.frozen()
+            metrics.GC_FROZEN_OBJECTS.set(frozen)
+            log.info(
+                "garbage collector settled",
+                extra=fields(frozen_objects=frozen, seconds=round(seconds, 4)),
+            )
 
     # ------------------------------------------------------------------ one iteration
 

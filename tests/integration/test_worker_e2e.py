@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -132,6 +133,12 @@ async def test_recordings_to_dispatch_exactly_once(runtime: Runtime) -> None:
     assert "toolcall_dispatch_latency_seconds_count 3.0" in text
     assert 'toolcall_deadletters_total{reason="wrong_topic"} 1.0' in text
     assert "toolcall_restore_duration_seconds_count" in text
+    # the collector policy (processor.runtime.collector): settled at start-up and once the
+    # assignment was prepared, its long-lived objects left out of full collections
+    settled = [r for r in worker.log_records() if r.get("msg") == "garbage collector settled"]
+    assert len(settled) >= 2 and all(r["frozen_objects"] > 10_000 for r in settled)
+    frozen = re.search(r"^toolcall_gc_frozen_objects ([0-9.e+]+)$", text, re.M)
+    assert frozen is not None and float(frozen.group(1)) > 10_000
     assert (await worker.readiness())["ready"] == list(range(runtime.partitions))
     assert worker._get("/healthz")[0] == 200
 

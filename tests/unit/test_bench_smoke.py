@@ -61,6 +61,24 @@ def test_cli_start_bench_times_every_command() -> None:
         assert command in done.stdout
 
 
+def test_gc_pause_bench_runs_both_collectors(tmp_path: Path) -> None:
+    """Both modes feed every call; the worker's policy leaves its state out of the scan set."""
+    out = tmp_path / "gc.json"
+    command = [sys.executable, str(BENCH / "bench_gc_pause.py"), "--calls", "300"]
+    subprocess.run(
+        [*command, "--repeat", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(out.read_text())
+    default, policy = result["runs"]["default"][0], result["runs"]["policy"][0]
+    assert default["inert_calls"] == policy["inert_calls"] == 300  # every call ended
+    assert default["frozen_objects"] == 0 < policy["frozen_objects"]
+    assert policy["tracked_objects"] < default["tracked_objects"] / 4
+    assert "| the worker's policy |" in load("bench_gc_pause").markdown(result)
+
+
 def test_run_all_writes_the_page(tmp_path: Path) -> None:
     run_all = load("run_all")
     doc = tmp_path / "benchmarks.md"
