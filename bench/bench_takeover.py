@@ -27,7 +27,9 @@ Then, interleaved, ``--repeat`` times each (the order rotates from one repeat to
   beginning to its end offset, counting key + value bytes, decoding nothing; start to stop of
   the consumer, as the restore's own timing.
 
-Each ``prepare`` runs in this process against a consumer of the worker's group that is
+Each ``prepare`` runs in this process, under the worker's garbage-collector policy
+(:mod:`processor.runtime.collector`: a restore freezes its state as it goes, and the process
+settles between takeovers), against a consumer of the worker's group that is
 started and assigned beforehand (the worker's consumer exists when a partition is assigned);
 its time is from the call to its return. After each, the restored open-buffer count is checked
 (= N), and on the first repeat the restored buffers of every path are compared.
@@ -205,6 +207,7 @@ async def takeover(
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
+    from processor.runtime import collector  # noqa: PLC0415
     from processor.settings import LimitsSettings  # noqa: PLC0415
     from processor.toolsfile import load_registry  # noqa: PLC0415
 
@@ -228,6 +231,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             }
         )
         registry = load_registry(rt.tmp_path / "tools.yaml")
+        policy = collector.install(settings.gc_freeze_interval_seconds)  # as the worker does
         consumer = AIOKafkaConsumer(
             group_id=settings.group_id,
             enable_auto_commit=False,
@@ -244,7 +248,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 order = KINDS[i % len(KINDS) :] + KINDS[: i % len(KINDS)]
                 restored: dict[str, Any] = {}
                 for kind in order:
-                    gc.collect()
+                    policy.settle(time.monotonic())  # the worker settles after each takeover
+                    gc.collect()  # (and CPython's default, policy off, a full collection)
                     if kind == "raw":
                         runs[kind].append(await raw_read(settings))
                         continue

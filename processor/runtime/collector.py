@@ -20,13 +20,23 @@ part of a garbage *cycle* is kept until the next :meth:`Collector.settle`. The p
     ``gc.freeze()``: what survived is state. A full collection then scans only what survived
     since the last ``age``, not everything the worker holds.
 
+``restored(records)``, from a restore (changelog or local store), every ``RESTORE_STRIDE`` records
+    The same young collection and freeze, by count: a restore builds state far faster than
+    once a second, and every full collection during it scanned all it had built so far. A
+    trial restore of 40,000 open buffers (200,000 changelog records applied in process, medians
+    of four interleaved runs) took 1.65 s with CPython's default, 1.32 s with this, and 1.23 s
+    with no collector at all.
+
 Measured on the worker's latency run (1,000 calls/s, 20 s) with this policy: 116,800 objects
 frozen, and a full collection after ``gc.unfreeze()`` at the end reclaimed 0 of them, so no
 cycle was kept alive by freezing. Without it, that run's automatic full collections reclaimed
 nothing either (cycles die young here) and paused the worker for 15-82 ms each, longer as the
 state grew.
 
-``interval = 0`` turns the policy off (CPython's default collector).
+``interval = 0`` turns the policy off (CPython's default collector). The policy is the
+process's, as the collector is: the worker installs it (:func:`install`) and the restore code
+asks for the installed one (:func:`installed`), so offline tools and tests that restore an
+Assembler keep CPython's default.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import time
 from typing import Final
 
 YOUNG: Final = 1  # gc.collect(1): generations 0 and 1
+RESTORE_STRIDE: Final = 10_000  # records restored between two freezes
 
 
 class Collector:
@@ -69,7 +80,35 @@ class Collector:
         self._last_age = now
         return True
 
+    def restored(self, records: int) -> None:
+        """Called with a restore's running record count: freeze the young survivors once per
+        ``RESTORE_STRIDE`` records (a multiple of it)."""
+        if self.enabled and records % RESTORE_STRIDE == 0:
+            gc.collect(YOUNG)
+            gc.freeze()
+
     @staticmethod
     def frozen() -> int:
         """Objects in the permanent generation (the scan set left out)."""
         return gc.get_freeze_count()
+
+
+_installed: Collector | None = None
+
+
+def install(interval: float) -> Collector:
+    """Make a policy this process's (the worker's, at start-up); returns it."""
+    global _installed  # noqa: PLW0603  (the collector is the process's: so is its policy)
+    _installed = Collector(interval)
+    return _installed
+
+
+def installed() -> Collector | None:
+    """The process's policy, if one was installed."""
+    return _installed
+
+
+def restored(records: int) -> None:
+    """:meth:`Collector.restored` of the installed policy; nothing without one."""
+    if _installed is not None:
+        _installed.restored(records)

@@ -87,7 +87,7 @@ from processor.core.events import (
 )
 from processor.observability import tracing
 from processor.observability.logging import fields
-from processor.runtime import transaction
+from processor.runtime import collector, transaction
 from processor.runtime.codec import (
     encode_change,
     encode_output,
@@ -297,6 +297,7 @@ class PartitionTask:
             loaded += 1
             if assembler.restore(key, value) is not None:
                 skipped += 1
+            collector.restored(loaded)
             if loaded % 2000 == 0:
                 await asyncio.sleep(0)  # heartbeats and other partitions go on meanwhile
         if skipped:

@@ -33,6 +33,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler
 from processor.observability.logging import fields
+from processor.runtime import collector
 from processor.runtime.clients import committed_reader, read_to_end
 from processor.settings import Settings
 
@@ -87,6 +88,7 @@ async def restore_partition(
         else:
             problem = assembler.restore(key, record.value)
         records += 1
+        collector.restored(records)
         if problem is None and sink is not None:
             sink(key, record.value)
         if problem is not None:  # a damaged or foreign record: skipped, never a crash loop

@@ -48,6 +48,7 @@ from processor.core.registry import Registry
 from processor.observability import metrics
 from processor.observability.health import HealthServer
 from processor.observability.logging import fields
+from processor.runtime import collector
 from processor.runtime.assignment import PartitionManager
 from processor.runtime.clients import (
     admin_client,
@@ -55,7 +56,6 @@ from processor.runtime.clients import (
     ignore_fenced_leftovers,
     stop_consumer,
 )
-from processor.runtime.collector import Collector
 from processor.runtime.partition import PartitionTask, Step, TaskState
 from processor.runtime.reachability import BrokerWatch, wait_for_broker
 from processor.runtime.topics import (
@@ -90,7 +90,7 @@ class Worker:
         self.health: HealthServer | None = None
         self.broker = BrokerWatch(settings, on_lost=self._fatal)
         self._offsets: AIOKafkaConsumer | None = None  # the barrier's own connections
-        self.collector = Collector(settings.gc_freeze_interval_seconds)
+        self.collector = collector.install(settings.gc_freeze_interval_seconds)
         self._settled_seq = -1  # the manager's seq when the collector last settled
 
     def new_assembler(self) -> Assembler:

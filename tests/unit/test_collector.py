@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from processor.runtime.collector import Collector
+from processor.runtime import collector
+from processor.runtime.collector import RESTORE_STRIDE, Collector
 
 
 class Node:
@@ -90,3 +91,25 @@ def test_interval_zero_leaves_cpython_default() -> None:
     assert collector.settle(now=0.0) == 0.0
     assert collector.age(now=1e9) is False
     assert gc.get_freeze_count() == before and scanned(kept) and collector.settles == 0
+
+
+def test_a_restore_freezes_its_state_every_stride_under_the_installed_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(collector, "_installed", None)
+    kept = Node()
+    collector.restored(RESTORE_STRIDE)  # no policy installed (offline tools, tests): nothing
+    assert scanned(kept)
+    policy = collector.install(1.0)
+    assert collector.installed() is policy
+    collector.restored(RESTORE_STRIDE - 1)
+    assert scanned(kept)
+    collector.restored(RESTORE_STRIDE)
+    assert not scanned(kept)
+    later = Node()
+    collector.restored(2 * RESTORE_STRIDE)
+    assert not scanned(later)
+    monkeypatch.setattr(collector, "_installed", Collector(0.0))  # PROCESSOR_GC_..._SECONDS=0
+    newest = Node()
+    collector.restored(3 * RESTORE_STRIDE)
+    assert scanned(newest)
