@@ -12,8 +12,9 @@ part of a garbage *cycle* is kept until the next :meth:`Collector.settle`. The p
 
 ``settle()``, at start-up and once the partitions of a rebalance are all prepared
     ``gc.unfreeze()`` (so a frozen cycle that died since is reclaimed), one full collection,
-    then ``gc.freeze()``: modules, registry and restored state leave the scan set. The worker
-    is not processing records at these moments (its partitions are paused while prepared).
+    then ``gc.freeze()``: modules, registry and restored state leave the scan set. It runs
+    right after the last partition of an assignment is ready, before the loop fetches again:
+    one pause per rebalance, which had already stopped those partitions for much longer.
 
 ``age(now)``, from the loop, at most once per ``interval`` seconds
     A collection of the young generations only (what was made since the last one: cheap), then
