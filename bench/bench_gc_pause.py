@@ -133,9 +133,6 @@ def run(calls: int, repeat: int) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     m = result["medians"]
     lines = [
-        f"Command: `python bench/bench_gc_pause.py --calls {result['calls']} "
-        f"--repeat {result['repeat']}`",
-        "",
         f"{result['calls']:,} calls fed to one Assembler in steps of {STEP} records; every "
         "collection timed (`gc.callbacks`); medians of "
         f"{result['repeat']} interleaved runs of each mode, each a fresh process.",
