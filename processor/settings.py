@@ -185,6 +185,9 @@ class Settings(BaseSettings):
     # several batches sent one after the other, each waiting for the one before it to leave.
     producer_batch_bytes: int = Field(default=1024 * 1024, gt=0)
     poll_timeout_ms: int = Field(default=200, ge=0)
+    # once a poll hands records over, the worker waits up to this long for the fetch the
+    # consumer starts then, and processes both together (processor.runtime.worker._top_up)
+    fetch_topup_ms: int = Field(default=5, ge=0)
     tick_interval_seconds: float = Field(default=1.0, gt=0)
     # A dead member is noticed after the session timeout: its partitions stand still until
     # then, so it is short (dispatch resumes within ~15 s of a SIGKILL). Transactions must be
