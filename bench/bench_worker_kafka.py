@@ -271,8 +271,11 @@ def start_passthrough(rt: Runtime, log: Path, name: str = "pt") -> subprocess.Po
     )
 
 
+WORKER_ENV: dict[str, str] = {}  # --worker-env: settings of the workers (an A/B of one setting)
+
+
 def quiet_worker(rt: Runtime, name: str) -> Any:
-    return rt.start_worker(name, PROCESSOR_LOG_LEVEL="WARNING")
+    return rt.start_worker(name, PROCESSOR_LOG_LEVEL="WARNING", **WORKER_ENV)
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -680,7 +683,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--timeout", type=float, default=600.0, help="per throughput run")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--kinds", default="1 worker,2 workers,passthrough", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the workers, e.g. PROCESSOR_FETCH_TOPUP_MS=0 (repeatable)",
+    )
     args = parser.parse_args(argv)
+    WORKER_ENV.update(item.split("=", 1) for item in args.worker_env)
     if args.command == "passthrough":
         asyncio.run(passthrough(args.prefix, args.partitions, args.group, args.out, args.name))
         return None
