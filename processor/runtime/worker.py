@@ -7,6 +7,7 @@ The loop, in the spirit of h11's example client (the Assembler is the protocol, 
     loop:   garbage collection policy: settle once an assignment is prepared, else age the
             survivors of young collections at most once a second (:mod:`.collector`)
             records = getmany(poll timeout, batch size)             (or stop on SIGTERM)
+                      + the fetch that starts then, waited for up to fetch_topup_ms
             with the processing lock:
                 barriers = control's committed end offsets, read now (after the fetch), for
                            the partitions whose batch holds fragments (one ListOffsets, on
