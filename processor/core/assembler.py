@@ -175,6 +175,9 @@ class Assembler:
         self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
         self._open_per_tenant: dict[str, int] = {}
         self._open_total = 0
+        # the byte_count of the buffers in ``_active``, kept as they change (a gauge the worker
+        # reads every iteration: a sum over 10,000 open buffers would cost it milliseconds)
+        self._buffered_bytes = 0
         self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
         self.turn_evictions = 0  # turn records forgotten to make room (max_turns*)
         self._ended: deque[tuple[float, CallTuple]] = deque()  # in order of ended_at
@@ -407,7 +410,7 @@ class Assembler:
 
     @property
     def buffered_bytes(self) -> int:
-        return sum(b.byte_count for b in self._active.values())
+        return self._buffered_bytes
 
     def call_state(self, key: CallKey) -> CallState:
         buf = self.calls.get(key)
@@ -540,6 +543,7 @@ class Assembler:
         max_bytes, max_deltas = self._call_bounds(buf.tool)
         limits = self.limits
         seq = event.seq
+        before = buf.byte_count
         outcome = buf.add_delta(
             seq,
             event.delta,
@@ -551,6 +555,8 @@ class Assembler:
         if outcome is DeltaOutcome.DUPLICATE:
             self.duplicate_deltas += 1
         else:
+            if buf.counted:
+                self._buffered_bytes += buf.byte_count - before
             text_key = f"{buf._text_key_prefix or buf.text_key_prefix}{seq}]"  # _text_key
             dirty = self._dirty
             if text_key not in dirty:
@@ -972,6 +978,7 @@ class Assembler:
         self._active_by_turn.setdefault((key.tenant, key.turn_id), {})[key] = buf
         self._open_per_tenant[key.tenant] = self._open_per_tenant.get(key.tenant, 0) + 1
         self._open_total += 1
+        self._buffered_bytes += buf.byte_count
 
     def _await(self, buf: CallBuffer) -> None:
         self._awaiting[buf.key] = buf
@@ -988,6 +995,7 @@ class Assembler:
         buf.counted = False
         key = buf.key
         del self._active[key.as_tuple]
+        self._buffered_bytes -= buf.byte_count
         turn = self._active_by_turn[(key.tenant, key.turn_id)]
         del turn[key]
         if not turn:

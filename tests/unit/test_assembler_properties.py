@@ -371,6 +371,8 @@ class AssemblerMachine(RuleBasedStateMachine):
         assert self.assembler.open_buffers <= self.limits.max_open_buffers
         open_keys = {k.as_tuple for k, b in self.assembler.calls.items() if b.open}
         assert self.assembler.open_buffers == len(open_keys)
+        held = sum(b.byte_count for k, b in self.assembler.calls.items() if b.open)
+        assert self.assembler.buffered_bytes == held  # kept as buffers change, not summed
         for slot in self.slots:
             if slot.fate in ("dead", "dispatched"):
                 assert slot.call.key.as_tuple not in open_keys
