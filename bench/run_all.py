@@ -143,6 +143,20 @@ SECTIONS = [
         "and so its latency tail, on a large state.",
     ),
     Section(
+        "state",
+        "Worker: a step's cost against the state its partition holds",
+        "bench_state_scaling.py",
+        ["--repeat", "3"],
+        ["--open", "150", "--retained", "200", "--calls", "140", "--repeat", "1"],
+        "state_scaling.json",
+        "--out",
+        lambda stdout, result: str(_module("bench_state_scaling").markdown(result)),
+        "A partition holds up to 10,000 open calls and, for the retention window, the records "
+        "of many more: what a step costs must not grow with them. Not a target of issue 11; "
+        "it found two per-step costs that did (the buffered-bytes gauge, the frozen-objects "
+        "count).",
+    ),
+    Section(
         "executor",
         "Executor: the control barrier on a caught-up partition",
         "bench_executor_barrier.py",
@@ -314,6 +328,13 @@ def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
         rows.append(
             f"| worker: takeover of {takeover['buffers']:,} open buffers / a raw read of the "
             f"same changelog bytes (no target set) | {shown} | - |"
+        )
+    state = summaries.get("state", {}).get("result")
+    if state:
+        rows.append(
+            f"| worker: build cost a call holding {state['open']:,} open buffers and "
+            f"{state['retained']:,} retained calls / holding none (no target set; flat is 1.0) "
+            f"| {state['ratio_full_vs_empty']:.2f} | - |"
         )
     cli = summaries.get("cli", {})
     if cli.get("status") == 0:

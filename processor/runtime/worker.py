@@ -450,10 +450,7 @@ class Worker:
     # ------------------------------------------------------------------ gauges
 
     def _export_gauges(self, consumer: AIOKafkaConsumer) -> None:
-        for task in self.manager.ready_tasks():
-            label = str(task.partition)
-            metrics.OPEN_BUFFERS.labels(label).set(task.assembler.open_buffers)
-            metrics.BUFFERED_BYTES.labels(label).set(task.assembler.buffered_bytes)
+        export_state_gauges(self.manager.ready_tasks())
         now = time.monotonic()
         if now - self._last_lag < self.settings.lag_interval_seconds:
             return
@@ -508,6 +505,15 @@ def merge_fetched(
     for tp, records in then.items():
         merged.setdefault(tp, []).extend(records)
     return merged
+
+
+def export_state_gauges(tasks: Sequence[PartitionTask]) -> None:
+    """The gauges of what each partition holds, exported after every iteration: each read must
+    cost the same whatever the state's size (``bench/bench_state_scaling.py`` times it)."""
+    for task in tasks:
+        label = str(task.partition)
+        metrics.OPEN_BUFFERS.labels(label).set(task.assembler.open_buffers)
+        metrics.BUFFERED_BYTES.labels(label).set(task.assembler.buffered_bytes)
 
 
 async def run_worker(

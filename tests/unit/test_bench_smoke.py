@@ -79,6 +79,22 @@ def test_gc_pause_bench_runs_both_collectors(tmp_path: Path) -> None:
     assert "| the worker's policy |" in load("bench_gc_pause").markdown(result)
 
 
+def test_state_scaling_bench_times_both_states(tmp_path: Path) -> None:
+    """Both states dispatch every timed call (the child exits otherwise); the full one holds
+    what it was loaded with, and the page's table shows both."""
+    out = tmp_path / "state.json"
+    command = [sys.executable, str(BENCH / "bench_state_scaling.py"), "--open", "150"]
+    command += ["--retained", "200", "--calls", "140", "--repeat", "1", "--out", str(out)]
+    subprocess.run(command, capture_output=True, text=True, check=True)
+    result = json.loads(out.read_text())
+    empty, full = result["runs"]["empty"][0], result["runs"]["full"][0]
+    assert empty["open_buffers"] == 0 and full["open_buffers"] == 150
+    assert full["inert_calls"] == empty["inert_calls"] + 200
+    assert full["frozen_objects"] > empty["frozen_objects"] > 0
+    assert result["ratio_full_vs_empty"] > 0
+    assert "| full | 150 |" in load("bench_state_scaling").markdown(result)
+
+
 def test_run_all_writes_the_page(tmp_path: Path) -> None:
     run_all = load("run_all")
     doc = tmp_path / "benchmarks.md"
