@@ -331,9 +331,11 @@ def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
         )
     state = summaries.get("state", {}).get("result")
     if state:
+        full, empty = state["medians"]["full"], state["medians"]["empty"]
         rows.append(
-            f"| worker: build cost a call holding {state['open']:,} open buffers and "
-            f"{state['retained']:,} retained calls / holding none (no target set; flat is 1.0) "
+            f"| worker: build cost a call holding {full['open_buffers']:,.0f} open buffers and "
+            f"{full['inert_calls']:,.0f} retained calls / holding {empty['inert_calls']:,.0f} "
+            f"retained calls (no target set; flat is 1.0) "
             f"| {state['ratio_full_vs_empty']:.2f} | - |"
         )
     cli = summaries.get("cli", {})
