@@ -10,7 +10,11 @@ that touches a registry slow to start. This module owns that cost:
   schema uses (:func:`used_formats`). When one of them belongs to a deferred library, jsonschema's
   own format module is loaded once more, in full, under a private name, and its checker for that
   format (the same function, the same exceptions) is added. No format check is lost, and none is
-  rewritten here.
+  rewritten here;
+* jsonschema's own checkers (``FormatChecker()``, each draft's ``FORMAT_CHECKER``) get the
+  deferred formats back as stand-ins that load their library at their first check
+  (:func:`_lend_deferred`): jsonschema is one module per process, and a program that embeds
+  this package and uses jsonschema itself must not lose ``uri`` because a registry loaded first.
 
 A format jsonschema does not know stays unchecked, as with ``FormatChecker()``.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -33,13 +37,6 @@ DEFERRED: Final[Mapping[str, tuple[str, ...]]] = {
     "rfc3987_syntax": ("iri", "iri-reference"),  # builds a grammar at import: over a second
     "isoduration": ("duration",),
     "rfc3986_validator": ("uri", "uri-reference"),
-    # 0.5-3 ms each, 10 ms together at every start (`processor replay`'s budget is 0.3 s)
-    "rfc3339_validator": ("date-time", "time"),
-    "webcolors": (),  # Draft 3's "color" only: never needed for Draft 2020-12
-    "idna": ("idn-hostname",),
-    "uri_template": ("uri-template",),
-    "fqdn": ("hostname",),
-    "jsonpointer": ("json-pointer", "relative-json-pointer"),
 }
 _FULL_NAME: Final = "processor.core._jsonschema_format_full"
 
@@ -53,11 +50,62 @@ def jsonschema_module() -> ModuleType:
     for name in hidden:
         sys.modules[name] = None  # type: ignore[assignment]  # makes `import name` fail
     try:
-        return importlib.import_module("jsonschema")
+        module = importlib.import_module("jsonschema")
     finally:
         for name in hidden:
             if sys.modules.get(name, 0) is None:
                 del sys.modules[name]
+    _lend_deferred(module, hidden)
+    return module
+
+
+#: the drafts whose checker jsonschema gives each deferred format (its ``_checks_drafts``);
+#: the class-wide ``FormatChecker.checkers`` gets every one of them too
+_DRAFTS: Final[Mapping[str, tuple[str, ...]]] = {
+    "uri": ("draft3", "draft4", "draft6", "draft7", "draft201909", "draft202012"),
+    "uri-reference": ("draft6", "draft7", "draft201909", "draft202012"),
+    "iri": ("draft7", "draft201909", "draft202012"),
+    "iri-reference": ("draft7", "draft201909", "draft202012"),
+    "duration": ("draft201909", "draft202012"),
+}
+
+
+def _lend_deferred(jsonschema: ModuleType, hidden: Iterable[str]) -> None:
+    """Give jsonschema's own checkers back the formats hiding a library took from them.
+
+    jsonschema is one module per process: a gateway that embeds this package and validates
+    with ``Draft202012Validator.FORMAT_CHECKER`` or ``FormatChecker()`` must not lose ``uri``
+    because a registry was loaded first. Each such format gets a stand-in that, at its first
+    check, loads the library (:func:`_full_format_module`), puts jsonschema's own function in
+    its place, and checks. A check failing inside a stand-in has no ``cause``; the result is the
+    same.
+    """
+    fmt = jsonschema._format
+    for library in hidden:
+        if importlib.util.find_spec(library) is None:
+            continue  # not installed: jsonschema would not have checked these formats either
+        for name in DEFERRED[library]:
+            for draft in _DRAFTS[name]:
+                owner = fmt._draft_checkers[draft]
+                if name not in owner.checkers:
+                    owner.checkers[name] = (_stand_in(owner, draft, name), ())
+            if name not in fmt.FormatChecker.checkers:
+                fmt.FormatChecker.checkers[name] = (_stand_in(fmt.FormatChecker, None, name), ())
+
+
+def _stand_in(owner: Any, draft: str | None, name: str) -> Callable[[object], bool]:
+    def check(instance: object) -> bool:
+        full = _full_format_module()
+        source = full._draft_checkers[draft] if draft else full.FormatChecker
+        func, raises = source.checkers[name]
+        owner.checkers[name] = (func, raises)  # from now on, jsonschema's own function
+        try:
+            return bool(func(instance))
+        except raises:
+            return False
+
+    check.lent = True  # type: ignore[attr-defined]  # format_checker looks through it
+    return check
 
 
 def used_formats(schema: Any) -> frozenset[str]:
@@ -86,7 +134,11 @@ def format_checker(formats: Iterable[str]) -> FormatChecker:
     """
     jsonschema = jsonschema_module()
     wanted = set(formats)
-    known = jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers
+    known = {  # without the stand-ins of _lend_deferred
+        name: entry
+        for name, entry in jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers.items()
+        if not getattr(entry[0], "lent", False)
+    }
     checker: FormatChecker = jsonschema.FormatChecker(())
     missing = (wanted - set(known)) & deferred_formats()
     full = _full_format_module().draft202012_format_checker.checkers if missing else {}

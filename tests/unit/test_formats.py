@@ -103,3 +103,44 @@ def test_deferred_formats_are_checked_and_unknown_formats_pass() -> None:
     assert not checker.conforms("not an iri", "iri")
     assert checker.conforms("anything", "no-such-format")
     assert {f for names in DEFERRED.values() for f in names} >= {"iri", "duration", "uri"}
+
+
+CHECKER_NAMES = """
+    import json, jsonschema
+    fmt = jsonschema._format
+    names = {d: sorted(c.checkers) for d, c in fmt._draft_checkers.items()}
+    names["class-wide"] = sorted(jsonschema.FormatChecker.checkers)
+    print(json.dumps(names))
+"""
+
+
+def test_jsonschema_keeps_every_format_for_its_other_users() -> None:
+    """jsonschema is one module per process: hiding a library while importing it must not take
+    formats from a gateway that embeds the package and validates with jsonschema's own
+    checkers (``Draft202012Validator.FORMAT_CHECKER``, ``FormatChecker()``)."""
+    names = textwrap.dedent(CHECKER_NAMES)
+    plain = python(names)
+    ours = python("from processor.core import formats\nformats.jsonschema_module()\n" + names)
+    assert ours == plain
+
+
+def test_a_lent_format_loads_its_library_at_its_first_check_and_checks_as_jsonschema() -> None:
+    out = python(
+        """
+        import sys
+        from processor.core import formats
+        jsonschema = formats.jsonschema_module()
+        assert "rfc3987_syntax" not in sys.modules and "isoduration" not in sys.modules
+        V = jsonschema.Draft202012Validator
+        iri = V({"format": "iri"}, format_checker=V.FORMAT_CHECKER)
+        assert iri.is_valid("https://exämple.org/ü") and not iri.is_valid("not an iri")
+        assert "rfc3987_syntax" in sys.modules
+        assert V.FORMAT_CHECKER.checkers["iri"][0].__qualname__ == "is_iri"  # its own, now
+        checker = jsonschema.FormatChecker()  # the class-wide map, as created before any check
+        assert checker.conforms("P1DT2H", "duration") and not checker.conforms("P1Q", "duration")
+        assert checker.conforms("https://example.org/a", "uri")
+        assert not checker.conforms("not a uri", "uri")
+        print("ok")
+        """
+    )
+    assert out.strip() == "ok"
