@@ -461,7 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reuse",
         default="",
-        help="comma-separated section keys rendered from their last results JSON, not re-run",
+        help="comma-separated section keys rendered from their last results JSON, not re-run "
+        "(a section that writes none runs; name the reused keys in --only too, or every other "
+        "section runs)",
     )
     args = parser.parse_args(argv)
     wanted = {k.strip() for k in args.only.split(",") if k.strip()}
