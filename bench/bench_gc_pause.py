@@ -25,7 +25,6 @@ import argparse
 import gc
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+if str(HERE) not in sys.path:  # run as a script, or loaded by path (tests, run_all)
+    sys.path.insert(0, str(HERE))
+
+from fresh_runs import every_run, interleaved  # noqa: E402
+
 MODES = ("default", "policy")
 STEP = 500
 
@@ -96,23 +100,17 @@ def child(mode: str, calls: int) -> dict[str, Any]:
 
 
 def run(calls: int, repeat: int) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
-    for _ in range(repeat):
-        for mode in MODES:
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", mode, "--calls", str(calls)],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            result = json.loads(out.strip().splitlines()[-1])
-            runs[mode].append(result)
-            print(
-                f"{mode:8s} max pause {result['max_pause_ms']:7.1f} ms, "
-                f"{result['full_collections']} full, gc {result['gc_seconds']:.3f} s "
-                f"of {result['seconds']:.1f} s",
-                file=sys.stderr,
-            )
+    runs = interleaved(
+        __file__,
+        MODES,
+        ["--calls", str(calls)],
+        repeat,
+        lambda mode, result: (
+            f"{mode:8s} max pause {result['max_pause_ms']:7.1f} ms, "
+            f"{result['full_collections']} full, gc {result['gc_seconds']:.3f} s "
+            f"of {result['seconds']:.1f} s"
+        ),
+    )
     medians = {
         mode: {
             key: statistics.median(r[key] for r in rs)
@@ -150,12 +148,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"Longest pause, policy / default: {result['max_pause_ratio_policy_vs_default']:.2f}. "
-        "Every run: "
-        + "; ".join(
-            f"{mode} " + ", ".join(f"{r['max_pause_ms']:.0f}" for r in result["runs"][mode]) + " ms"
-            for mode in MODES
-        )
-        + ".",
+        + every_run(result["runs"], "max_pause_ms", "ms"),
     ]
     return "\n".join(lines)
 

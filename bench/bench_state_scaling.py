@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,6 +42,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+if str(HERE) not in sys.path:  # run as a script, or loaded by path (tests, run_all)
+    sys.path.insert(0, str(HERE))
+
+from fresh_runs import every_run, interleaved  # noqa: E402
+
 MODES = ("empty", "full")
 STEP_CALLS = 70  # about 500 records a step, as a worker reads them (batch_max_records)
 WARMUP = 1_000  # calls fed first in both modes (part of the state held)
@@ -153,21 +157,18 @@ def child(mode: str, open_calls: int, retained: int, calls: int) -> dict[str, An
 
 
 def run(open_calls: int, retained: int, calls: int, repeat: int) -> dict[str, Any]:
-    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
-    for _ in range(repeat):
-        for mode in MODES:
-            argv = [sys.executable, __file__, "--child", mode, "--open", str(open_calls)]
-            argv += ["--retained", str(retained), "--calls", str(calls)]
-            out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-            result = json.loads(out.strip().splitlines()[-1])
-            runs[mode].append(result)
-            print(
-                f"{mode:6s} {result['open_buffers']:6d} open, {result['inert_calls']:7d} "
-                f"retained: build {result['us_per_call']:6.1f} us a call, gauges "
-                f"{result['gauges_us']:.0f} us a step, tick {result['tick_ms']:.2f} ms, "
-                f"scrape {result['scrape_ms']:.1f} ms",
-                file=sys.stderr,
-            )
+    runs = interleaved(
+        __file__,
+        MODES,
+        ["--open", str(open_calls), "--retained", str(retained), "--calls", str(calls)],
+        repeat,
+        lambda mode, result: (
+            f"{mode:6s} {result['open_buffers']:6d} open, {result['inert_calls']:7d} "
+            f"retained: build {result['us_per_call']:6.1f} us a call, gauges "
+            f"{result['gauges_us']:.0f} us a step, tick {result['tick_ms']:.2f} ms, "
+            f"scrape {result['scrape_ms']:.1f} ms"
+        ),
+    )
     medians = {
         mode: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
         for mode, rs in runs.items()
@@ -205,12 +206,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"Build cost a call, full / empty: {result['ratio_full_vs_empty']:.2f} (flat is 1.0). "
-        "Every run: "
-        + "; ".join(
-            f"{mode} " + ", ".join(f"{r['us_per_call']:.0f}" for r in result["runs"][mode]) + " us"
-            for mode in MODES
-        )
-        + ".",
+        + every_run(result["runs"], "us_per_call", "us"),
     ]
     return "\n".join(lines)
 
