@@ -105,9 +105,14 @@ async def run(options: Options) -> Report:
             await cluster.apply(fault, driver.paused)
         await load
         await _settle(runtime, plan, options.settle_seconds)
+        exits = list(cluster.unexpected_exits)
+        # Stop every writer first: one transaction writes a call's ledger and status records,
+        # but the checker reads the topics one after another, so a transaction committed
+        # between two reads (an idle timeout firing at the end of a run) would show a status
+        # without its ledger entry. With no worker left, the reads are one consistent cut.
+        await cluster.close()
         verdict = await check(runtime.settings, plan, faults, driver.cancels)
         verdict.proposals_missing = len(driver.proposal_timeouts)
-        exits = list(cluster.unexpected_exits)
     finally:
         await cluster.close()
         if options.keep:
