@@ -6,8 +6,9 @@ issue 11, whether it is met, with the reason when it is not.
 
     .venv/bin/python bench/run_all.py                 # everything, full scale (tens of minutes)
     .venv/bin/python bench/run_all.py --only core     # run some sections (keys: core, worker,
-                                                      # takeover, gc, executor, cli, gating,
-                                                      # assembler, jsonscan, attack); the
+                                                      # takeover, gc, state, executor, cli,
+                                                      # gating, assembler, jsonscan, patterns,
+                                                      # attack); the
                                                       # others keep their last figures
                                                       # (bench/results/<key>.section.json)
     .venv/bin/python bench/run_all.py --smoke --doc /tmp/b.md --results /tmp/r
@@ -210,6 +211,17 @@ SECTIONS = [
         [],
         None,
         render=_verbatim,
+    ),
+    Section(
+        "patterns",
+        "CPU under attack: tool schemas' patterns",
+        "bench_attack_patterns.py",
+        [],
+        ["--smoke"],
+        render=_as_is,
+        intro="A hostile argument against a backtracking `pattern`, and distinct hostile "
+        "values of a `format: regex` argument: jsonschema's own checks against the registry's "
+        "(RE2 for patterns, a parse without compiling for `regex`). See docs/reliability.md.",
     ),
     Section(
         "attack",

@@ -3,7 +3,9 @@
 A registry is built from an already-parsed document (``{"tools": [...]}``); reading and parsing
 the file is :mod:`processor.toolsfile`'s job, so this module stays pure. Each tool's ``parameters``
 is a JSON Schema (Draft 2020-12), checked with ``check_schema`` and compiled once, with format
-checking on (the checkers of the formats it uses, :mod:`processor.core.formats`). Aliases map an
+checking on (the checkers of the formats it uses, :mod:`processor.core.formats`) and its
+patterns matched in linear time (:mod:`processor.core.patterns`, which refuses at load a pattern
+it cannot run so). Aliases map an
 old name to this tool explicitly (a rename mid-release); a name is never guessed. Business
 validators are callables resolved by the loader from dotted paths.
 """
@@ -18,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from processor.core.errors import RegistryError
 from processor.core.fastschema import Check, compile_schema
 from processor.core.formats import format_checker, jsonschema_module, used_formats
+from processor.core.patterns import PatternError, check_schema_patterns, tool_validator_class
 
 if TYPE_CHECKING:
-    from jsonschema import Draft202012Validator
+    from jsonschema.protocols import Validator
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class ToolDeclaration:
     name: str
     version: str
     parameters: Mapping[str, Any]
-    validator: Draft202012Validator = field(repr=False, compare=False)
+    validator: Validator = field(repr=False, compare=False)
     requires_confirmation: bool = False
     confirmation_ttl_seconds: float = 300.0
     aliases: tuple[str, ...] = ()
@@ -85,7 +88,7 @@ class ToolDeclaration:
 
     def __post_init__(self) -> None:
         validator = self.validator
-        if type(validator) is jsonschema_module().Draft202012Validator:  # nothing customised
+        if type(validator) is tool_validator_class():  # nothing customised
             object.__setattr__(self, "quick_check", compile_schema(validator.schema))
 
     def permits(self, tenant: str, actor: str) -> bool:
@@ -180,8 +183,12 @@ def _declaration(
         jsonschema.Draft202012Validator.check_schema(parameters)
     except jsonschema.SchemaError as exc:
         raise RegistryError(detail=f"{where}: invalid JSON Schema: {exc.message}") from None
+    try:
+        check_schema_patterns(parameters)
+    except PatternError as exc:
+        raise RegistryError(detail=f"{where}: 'parameters' {exc}") from None
     checker = format_checker(used_formats(parameters))  # only the formats this schema uses
-    validator = jsonschema.Draft202012Validator(parameters, format_checker=checker)
+    validator = tool_validator_class()(parameters, format_checker=checker)
     limits = entry.get("limits") or {}
     if not isinstance(limits, Mapping) or set(limits) - {"max_bytes", "max_deltas"}:
         raise RegistryError(detail=f"{where}: 'limits' accepts max_bytes and max_deltas")

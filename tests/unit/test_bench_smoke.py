@@ -61,6 +61,17 @@ def test_cli_start_bench_times_every_command() -> None:
         assert command in done.stdout
 
 
+def test_pattern_attack_bench_measures_both_engines() -> None:
+    bench = load("bench_attack_patterns")
+    page = bench.main(["--smoke"])
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(bench.PATTERNS)
+    for row in rows:
+        grown, linear = row.split(" | ")[1:3]
+        assert len(grown.split(", ")) >= 1 and "=" in linear
+    assert "| processor (parse only) |" in page and "| jsonschema (re.compile) |" in page
+
+
 def test_gc_pause_bench_runs_both_collectors(tmp_path: Path) -> None:
     """Both modes feed every call; the worker's policy leaves its state out of the scan set."""
     out = tmp_path / "gc.json"

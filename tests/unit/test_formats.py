@@ -35,6 +35,9 @@ def test_every_format_jsonschema_checks_is_still_checked_with_its_own_function()
         for name, (func, raises) in sorted(full.items()):
             ours = formats.format_checker({name}).checkers
             assert set(ours) == {name}, (name, sorted(ours))
+            if name in formats._OWN:  # rewritten on purpose: test_the_regex_format_*
+                assert ours[name][0] is formats._OWN[name][0], name
+                continue
             assert ours[name][0].__qualname__ == func.__qualname__, name
             assert ours[name][0].__code__.co_code == func.__code__.co_code, name
             assert ours[name][1] == raises, name
