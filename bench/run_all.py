@@ -7,7 +7,7 @@ issue 11, whether it is met, with the reason when it is not.
     .venv/bin/python bench/run_all.py                 # everything, full scale (tens of minutes)
     .venv/bin/python bench/run_all.py --only core     # run some sections (keys: core, worker,
                                                       # takeover, gc, state, executor, cli,
-                                                      # gating, assembler, jsonscan, patterns,
+                                                      # gating, assembler, jsonscan, schema,
                                                       # attack); the
                                                       # others keep their last figures
                                                       # (bench/results/<key>.section.json)
@@ -213,15 +213,16 @@ SECTIONS = [
         render=_verbatim,
     ),
     Section(
-        "patterns",
-        "CPU under attack: tool schemas' patterns",
-        "bench_attack_patterns.py",
+        "schema",
+        "CPU under attack: tool schemas",
+        "bench_attack_schema.py",
         [],
         ["--smoke"],
         render=_as_is,
-        intro="A hostile argument against a backtracking `pattern`, and distinct hostile "
-        "values of a `format: regex` argument: jsonschema's own checks against the registry's "
-        "(RE2 for patterns, a parse without compiling for `regex`). See docs/reliability.md.",
+        intro="Hostile arguments against the keywords whose cost an argument sets (backtracking "
+        "patterns, `uniqueItems`, `unevaluatedItems`, `unevaluatedProperties`) and distinct "
+        "hostile values of a `format: regex` argument: jsonschema's own validator against the "
+        "registry's (`processor/core/toolschema.py`). See docs/reliability.md.",
     ),
     Section(
         "attack",

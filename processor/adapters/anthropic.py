@@ -126,7 +126,7 @@ class AnthropicMessagesAdapter(StreamAdapter):
 
     def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
         current = self._current
-        if current is None or current.ended:
+        if current is None or current.ended or not self.endable(current.response_id):
             return []
         return [self._end(current, status, reason)]
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from processor.adapters.fields import bad_chunk, decode_object, shown
 from processor.adapters.verdicts import STREAM_CUT
@@ -36,6 +36,7 @@ from processor.core.events import (
     CallEnded,
     CallStarted,
     FragmentEvent,
+    Ident,
     ResponseEnded,
     ResponseStatus,
     TurnStarted,
@@ -44,6 +45,7 @@ from processor.core.events import (
 )
 
 _UNEXPECTED: Final = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+_RESPONSE_ID: Final[TypeAdapter[str]] = TypeAdapter(Ident)  # ResponseEnded.response_id's type
 
 T = TypeVar("T")
 Record = TypeVar("Record", bound=BaseModel)
@@ -175,13 +177,32 @@ class StreamAdapter(ABC):
             raise self._unreadable(f"unreadable {self.unit} ({type(exc).__name__})") from None
 
     def close(self) -> list[FragmentEvent]:
-        """The stream is over: every call still open becomes inert via ``response.ended``."""
+        """The stream is over: every call still open becomes inert via ``response.ended``.
+
+        Never raises: a response whose id the wire contract refuses is skipped (see
+        :meth:`endable`)."""
         if self._closed:
             return []
         self._closed = True
         if self._failure_reason is not None:
             return self._end_open(ResponseStatus.ERROR, self._failure_reason)
         return self._end_open(*self._cut_ending())
+
+    @staticmethod
+    def endable(response_id: str) -> bool:
+        """Whether ``close()`` can end this response: its id fits the wire contract.
+
+        A response opens with the provider's id before any event is built. When that id is
+        refused (a control character, over 256 characters), no event was ever written under it
+        (each carries the id, and was refused as a bad chunk), so nothing waits for its end;
+        building one at close would raise out of ``close()`` and leave the other open responses
+        unended. Found by the fuzzer (``tests/fuzz``, seed 20261204).
+        """
+        try:
+            _RESPONSE_ID.validate_python(response_id)
+        except ValidationError:
+            return False
+        return True
 
     def abort(self, reason: str) -> list[FragmentEvent]:
         """The transport failed around the adapter (an unreadable frame or SSE payload, a

@@ -137,7 +137,7 @@ class BedrockConverseAdapter(StreamAdapter):
 
     def _end_open(self, status: ResponseStatus, reason: str) -> list[FragmentEvent]:
         message = self._message
-        if message is None or message.finished:
+        if message is None or message.finished or not self.endable(message.response_id):
             return []
         return [self._finish(message, status, reason)]
 

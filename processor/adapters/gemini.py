@@ -399,7 +399,7 @@ class GeminiAdapter(StreamAdapter):
         out = [
             self._finish(group, resp, status, reason)
             for resp in group.candidates.values()
-            if not resp.finished
+            if not resp.finished and self.endable(resp.response_id)
         ]
         return out
 

@@ -161,7 +161,7 @@ class OpenAIChatAdapter(StreamAdapter):
         out = [
             self._end(current, choice, status, reason)
             for choice in current.choices.values()
-            if not choice.ended
+            if not choice.ended and self.endable(choice.response_id)
         ]
         current.ended = True
         return out

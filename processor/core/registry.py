@@ -3,11 +3,11 @@
 A registry is built from an already-parsed document (``{"tools": [...]}``); reading and parsing
 the file is :mod:`processor.toolsfile`'s job, so this module stays pure. Each tool's ``parameters``
 is a JSON Schema (Draft 2020-12), checked with ``check_schema`` and compiled once, with format
-checking on (the checkers of the formats it uses, :mod:`processor.core.formats`) and its
-patterns matched in linear time (:mod:`processor.core.patterns`, which refuses at load a pattern
-it cannot run so). Aliases map an
-old name to this tool explicitly (a rename mid-release); a name is never guessed. Business
-validators are callables resolved by the loader from dotted paths.
+checking on (the checkers of the formats it uses, :mod:`processor.core.formats`), by the
+validator of :mod:`processor.core.toolschema`, whose cost stays linear in the argument (it
+refuses at load a pattern it cannot run so). Aliases map an old name to this tool explicitly (a
+rename mid-release); a name is never guessed. Business validators are callables resolved by the
+loader from dotted paths.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from processor.core.errors import RegistryError
 from processor.core.fastschema import Check, compile_schema
 from processor.core.formats import format_checker, jsonschema_module, used_formats
-from processor.core.patterns import PatternError, check_schema_patterns, tool_validator_class
+from processor.core.toolschema import PatternError, check_schema_patterns, tool_validator_class
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
 import pytest
 
 from processor.adapters.base import OpenCall, Refusal, StreamAdapter
@@ -236,3 +237,42 @@ def test_withhold_records_why_and_leaves_ended_calls_alone() -> None:
     assert (open_call.withheld, done.withheld) == (True, False)
     assert adapter.anomalies == ["conflict: call withheld", "late conflict: call withheld"]
     assert isinstance(adapter.started(open_call), CallStarted)
+
+
+@pytest.mark.parametrize(
+    ("adapter", "recording"),
+    [
+        ("openai-chat", "openai-chat/parallel-two-tools-gpt4o.sse"),
+        ("openai-responses", "openai-responses/azure-single-call.jsonl"),
+        ("anthropic", "anthropic/text-then-tool-use.sse"),
+        ("gemini", "gemini/partial-args-two-sequential-calls.jsonl"),
+    ],
+)
+@pytest.mark.parametrize("bad_id", ["\x00", "x" * 257, "with space"])
+def test_close_never_raises_for_a_response_id_the_wire_refuses(
+    adapter: str, recording: str, bad_id: str
+) -> None:
+    """A provider's response id is taken before any event is built; one the wire contract
+    refuses fails the stream at its first event, and close() must still return (found by the
+    fuzzer: it raised while ending that response, leaving the other open ones unended)."""
+    from processor.integrations.tee import ADAPTERS
+    from tests.adapters.harness import DATA, load_events, run_adapter
+
+    def make_adapter(name: str, ctx: Any) -> StreamAdapter:
+        return ADAPTERS[name](ctx)
+
+    events = load_events(DATA / recording)
+    good = [e.response_id for e in run_adapter(make_adapter(adapter, CTX), events)]
+    assert good, "the recording opens a response"
+    original = good[0].split("~")[0]
+    text = orjson.dumps(events).decode().replace(original, orjson.dumps(bad_id).decode()[1:-1])
+    mutated = orjson.loads(text)
+    assert mutated != events
+    subject = make_adapter(adapter, CTX)
+    out: list[FragmentEvent] = []
+    with pytest.raises(AdapterError):
+        for event in mutated:
+            out.extend(subject.feed(event))
+    out.extend(subject.close())  # must not raise
+    assert all(getattr(e, "response_id", None) != bad_id for e in out)
+    assert subject.close() == []

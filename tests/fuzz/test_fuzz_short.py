@@ -29,3 +29,19 @@ def test_no_escapes(target: str) -> None:
         assert STATS["records.dead_lettered"] > 200 and STATS["records.dispatched"] > 20, STATS
     if target == "eventstream":
         assert STATS["eventstream.decoded"] > 40 and STATS["eventstream.refused"] > 50, STATS
+
+
+# Cases of long runs that escaped once, replayed every time (target, seed, case).
+FINDINGS = [
+    # close() raised AdapterError: a response opened with an id the wire contract refuses
+    # ("\x00") could not be ended, and the other open responses were left unended
+    ("adapters", 20261204, 2954),  # openai-responses
+    ("adapters", 20261204, 26548),  # gemini
+    ("adapters", 20261204, 51370),  # openai-chat
+]
+
+
+@pytest.mark.parametrize(("target", "seed", "case"), FINDINGS)
+def test_past_findings_stay_fixed(target: str, seed: int, case: int) -> None:
+    report = run(target, seed, cases=1, first_case=case)
+    assert report.escapes == []

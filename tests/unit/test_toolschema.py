@@ -1,11 +1,14 @@
-"""Tool schemas' patterns run in time linear in the argument (processor.core.patterns).
+"""The validator of tool schemas stays linear in the argument (processor.core.toolschema).
 
 Before: jsonschema matched ``pattern`` and ``patternProperties`` with Python's backtracking
-``re``, so ``^(\\w+\\s?)*$`` took 2.4 s on a 25-character argument, doubling with each character;
-and the ``regex`` format compiled the argument (2 s for a hostile 540 KB pattern, kept in re's
-cache, and ``RecursionError`` for deep nesting). The hostile runs below happen in a child
-process with a limit of minutes, for arguments that took the old code longer than the age of
-the universe: a regression fails the test instead of hanging the suite.
+``re``, so ``^(\\w+\\s?)*$`` took 2.4 s on a 25-character argument, doubling with each
+character; ``uniqueItems`` compared every pair of objects (18 s for 4,000); ``unevaluatedItems``
+and ``unevaluatedProperties`` searched a list for each item (quadratic); and the ``regex``
+format compiled the argument (2 s for a hostile 540 KB pattern, kept in re's cache, and
+``RecursionError`` for deep nesting). The hostile runs below happen in a child process with a
+limit of minutes, for arguments that took the old code hours or longer than the age of the
+universe: a regression fails the test instead of hanging the suite. The replaced keywords are
+compared with jsonschema's own on generated schemas and instances.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from processor.core.assembler import Assembler
 from processor.core.errors import RegistryError
 from processor.core.events import Ledger
 from processor.core.formats import format_checker, is_regex
-from processor.core.patterns import matches, schema_patterns, tool_validator_class
 from processor.core.policy import Limits
 from processor.core.registry import Registry
+from processor.core.toolschema import matches, schema_patterns, tool_validator_class
 from processor.core.validation import Rejected, Validated, validate_call
 from tests.unit.scenario import Call, Run, turn_started
 
@@ -81,6 +84,11 @@ def test_hostile_arguments_against_backtracking_patterns_finish() -> None:
                 assert isinstance(result, Validated) is valid, (n, schema, result)
         print("done")
         """
+    child(code)
+
+
+def child(code: str) -> None:
+    """Run ``code`` in a fresh interpreter, which must print ``done`` within five minutes."""
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
@@ -90,6 +98,39 @@ def test_hostile_arguments_against_backtracking_patterns_finish() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "done"
+
+
+def test_hostile_arrays_and_objects_finish() -> None:
+    child(
+        """
+        import orjson
+        from processor.core.registry import Registry
+        from processor.core.validation import Validated, validate_call
+
+        def valid(schema, arguments):
+            registry = Registry.from_document({"tools": [{"name": "t", "parameters": schema}]})
+            result = validate_call(orjson.dumps(arguments), registry.resolve("t").declaration, None)
+            return isinstance(result, Validated)
+
+        unique = {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}
+        objects = [{"a": i} for i in range(100_000)]  # 1 MB: jsonschema compared every pair
+        mixed = [i if i % 2 else str(i) for i in range(100_000)]  # numbers and strings
+        assert valid(unique, {"xs": objects}) and valid(unique, {"xs": mixed})
+        assert not valid(unique, {"xs": objects + [{"a": 99_999.0}]})  # 99999 == 99999.0
+        assert not valid(unique, {"xs": mixed + [1]})
+        items = {"type": "object", "properties": {"xs": {
+            "type": "array", "items": {"type": "integer"}, "unevaluatedItems": False}}}
+        assert valid(items, {"xs": list(range(200_000))})
+        prefixed = {"type": "object", "properties": {"xs": {
+            "type": "array", "prefixItems": [{}], "unevaluatedItems": False}}}
+        assert not valid(prefixed, {"xs": list(range(200_000))})
+        named = {"type": "object", "allOf": [{"additionalProperties": {"type": "integer"}}],
+                 "unevaluatedProperties": False}
+        assert valid(named, {f"k{i}": i for i in range(80_000)})
+        assert not valid(named, {**{f"k{i}": i for i in range(80_000)}, "s": "x"})
+        print("done")
+        """
+    )
 
 
 def test_a_hostile_call_fails_schema_invalid_through_the_assembler() -> None:
@@ -247,3 +288,81 @@ def test_the_regex_format_refuses_what_re_refuses(pattern: str) -> None:
     with pytest.raises(re.error):
         re.compile(pattern)
     assert not is_regex(pattern)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 2)
+    | st.sampled_from([0.0, 1.0, -1.0, 0.5, 2.0])
+    | st.text(alphabet="ab1 ", max_size=3),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(alphabet="abx-1", max_size=3), children, max_size=4),
+    max_leaves=12,
+)
+
+# Schemas built on the replaced keywords, in the company of the keywords they depend on.
+KEYWORD_SCHEMAS: list[dict[str, Any]] = [
+    {"uniqueItems": True},
+    {"items": {"uniqueItems": True}, "uniqueItems": True},
+    {"prefixItems": [{"type": "integer"}], "unevaluatedItems": False},
+    {"prefixItems": [{}], "unevaluatedItems": {"type": "string"}},
+    {"contains": {"type": "string"}, "unevaluatedItems": False},
+    {"allOf": [{"prefixItems": [{}, {}]}], "unevaluatedItems": {"type": "boolean"}},
+    {"if": {"prefixItems": [{"type": "null"}]}, "then": {"prefixItems": [{}, {}]},
+     "unevaluatedItems": False},
+    {"properties": {"a": {}}, "unevaluatedProperties": False},
+    {"properties": {"a": {}}, "unevaluatedProperties": {"type": "integer"}},
+    {"allOf": [{"properties": {"b": {}}}], "anyOf": [{"properties": {"a": {}}}],
+     "unevaluatedProperties": False},
+    {"dependentSchemas": {"a": {"properties": {"b": {}}}}, "properties": {"a": {}},
+     "unevaluatedProperties": False},
+    {"additionalProperties": {"type": "string"}, "unevaluatedProperties": False},
+    {"pattern": "^a"},
+    {"pattern": r"\d"},
+    {"patternProperties": {"^a": {"type": "integer"}, "-": {"type": "array"}}},
+    {"patternProperties": {"^x": {}}, "additionalProperties": False},
+    {"patternProperties": {"b$": {"uniqueItems": True}}, "properties": {"a": {}},
+     "additionalProperties": {"type": "null"}},
+    {"propertyNames": {"pattern": "^[ab]*$"}},
+    {"items": {"properties": {"a": {}}, "unevaluatedProperties": False}, "uniqueItems": True},
+]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(schema=st.sampled_from(KEYWORD_SCHEMAS), instance=JSON_VALUES)
+def test_the_replaced_keywords_decide_as_jsonschema_does(schema: dict[str, Any], instance: Any) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    theirs = jsonschema.Draft202012Validator(schema)
+    ours = tool_validator_class()(schema)
+
+    def errors(validator: Any) -> list[tuple[str, str]]:
+        return sorted((e.json_path, e.validator) for e in validator.iter_errors(instance))
+
+    assert errors(ours) == errors(theirs)
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [True, 1],
+        [False, 0],
+        [1, 1.0],
+        [0, -0.0],
+        [None, False],
+        ["1", 1],
+        [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
+        [{"a": [True]}, {"a": [1]}],
+        [{"a": [1]}, {"a": [1.0]}],
+        [[1, 2], [2, 1]],
+        [[], {}],
+        [{"a": None}, {}],
+        [9007199254740993, 9007199254740992.0],  # 2**53 + 1 is not the float next to it
+    ],
+)
+def test_unique_items_uses_json_equality(items: list[Any]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"uniqueItems": True}
+    expected = jsonschema.Draft202012Validator(schema).is_valid(items)
+    assert tool_validator_class()(schema).is_valid(items) is expected
+    assert tool_validator_class()(schema).is_valid(list(reversed(items))) is expected

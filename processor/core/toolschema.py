@@ -1,21 +1,32 @@
-"""The regular expressions of tool schemas, run in time linear in the argument.
+"""The validator of tool schemas: Draft 2020-12, with every keyword whose cost an argument sets
+kept linear in the argument.
 
-A tool schema's ``pattern`` and ``patternProperties`` (and so ``additionalProperties`` next to
-``patternProperties``) are matched against argument text, which is the model's output and may be
-steered by whatever the model read. jsonschema matches them with Python's ``re``, a
-backtracking engine: ``{"pattern": "^(\\w+\\s?)*$"}`` takes 2.4 s on a 25-character argument
-and doubles with each character more, so one call could hold a partition for ever, its worker
-would leave the group, and the next owner would meet the same record (docs/reliability.md).
+A call's arguments are the model's output, which whatever the model read can steer, and
+jsonschema lets some of them set the cost of their own validation:
 
-This module owns those matches and the checks a registry makes when it loads a schema:
+* ``pattern`` and ``patternProperties`` (and so ``additionalProperties`` next to them) are
+  matched with Python's ``re``, a backtracking engine: ``{"pattern": "^(\\w+\\s?)*$"}`` took
+  2.4 s on a 25-character argument and doubled with each character more;
+* ``uniqueItems`` sorts, and falls back to comparing every pair when the items do not sort
+  (objects, or a number next to a string): 18 s for 4,000 small objects (43 KB), hours at the
+  1 MiB a call may hold;
+* ``unevaluatedItems`` and ``unevaluatedProperties`` look each item up in a list of the
+  evaluated ones: quadratic, 0.5 s for 8,000 items (39 KB), half an hour at 1 MiB.
 
-* :func:`tool_validator_class` is Draft 2020-12's validator with ``pattern``,
-  ``patternProperties`` and ``additionalProperties`` matched by RE2 (``google-re2``), whose
-  time is linear in the text whatever the pattern;
+One such call could hold a partition for ever: its worker stops heartbeating and leaves the
+group, and the next owner of the partition reads the same record (docs/reliability.md). This
+module owns the validator the registry uses, and the checks a registry makes when it loads a
+schema:
+
+* :func:`tool_validator_class` is Draft 2020-12's validator with those keywords replaced: the
+  patterns matched by RE2 (``google-re2``), in time linear in the text whatever the pattern;
+  ``uniqueItems`` by hashing a canonical form of each item (JSON equality: ``1`` and ``1.0``
+  are equal, ``true`` and ``1`` are not, objects ignore member order); the evaluated items and
+  properties kept in a set. Each keeps jsonschema's meaning (tests compare them);
 * :func:`check_schema_patterns` refuses, when a registry loads, a pattern RE2 cannot run
   (backreferences, lookahead, lookbehind) and ``unevaluatedProperties`` in a schema that also
-  has ``patternProperties`` (jsonschema matches those with ``re`` inside its own
-  ``unevaluatedProperties``): an error naming the tool and the place, never a slow call later;
+  has ``patternProperties`` (jsonschema matches those with ``re`` while it finds the evaluated
+  properties): an error naming the tool and the place, never a slow call later;
 * the ``regex`` format, whose value is itself a pattern, is checked by
   :func:`processor.core.formats.is_regex`, without compiling it.
 
@@ -28,7 +39,7 @@ decoded argument holds) matches no pattern.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import re2
@@ -194,10 +205,74 @@ def _additional_properties(
         )
 
 
+_BOOLEAN: Final = "boolean"
+_ARRAY: Final = "array"
+_OBJECT: Final = "object"
+
+
+def _canonical(value: Any) -> Hashable:
+    """A hashable form of a JSON value, equal for two values exactly when JSON Schema calls them
+    equal: numbers by value (``1`` and ``1.0`` are equal, as in jsonschema), booleans apart from
+    numbers, arrays in order, objects whatever the order of their members. Raises TypeError for
+    a value that is not JSON (the caller falls back to jsonschema's own comparison)."""
+    if value is True or value is False:
+        return (_BOOLEAN, value)
+    if value is None or isinstance(value, str | int | float):
+        return value
+    if isinstance(value, Mapping):
+        return (_OBJECT, frozenset((name, _canonical(member)) for name, member in value.items()))
+    if isinstance(value, Sequence):
+        return (_ARRAY, tuple(_canonical(item) for item in value))
+    raise TypeError(type(value).__name__)
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    try:
+        distinct = len({_canonical(item) for item in instance}) == len(instance)
+    except (TypeError, RecursionError):  # not JSON, or nested past the interpreter's limit
+        distinct = jsonschema_module()._utils.uniq(instance)
+    if not distinct:
+        yield jsonschema_module().ValidationError("has non-unique elements")
+
+
+def _unevaluated_items(
+    validator: Any, unevaluated: Any, instance: Any, schema: Any
+) -> Iterator[Any]:
+    if not validator.is_type(instance, "array"):
+        return
+    find = jsonschema_module()._utils.find_evaluated_item_indexes_by_schema
+    evaluated = set(find(validator, instance, schema))
+    missing = sum(1 for index in range(len(instance)) if index not in evaluated)
+    if missing:
+        yield jsonschema_module().ValidationError(f"{missing} unevaluated items are not allowed")
+
+
+def _unevaluated_properties(
+    validator: Any, unevaluated: Any, instance: Any, schema: Any
+) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    find = jsonschema_module()._utils.find_evaluated_property_keys_by_schema
+    evaluated = set(find(validator, instance, schema))
+    invalid = 0
+    for name, value in instance.items():
+        if name not in evaluated:
+            for _ in validator.descend(value, unevaluated, path=name, schema_path=name):
+                invalid += 1
+                break
+    if invalid:
+        yield jsonschema_module().ValidationError(
+            f"{invalid} unevaluated properties are not valid under the given schema"
+        )
+
+
 @functools.cache
 def tool_validator_class() -> type[Validator]:
-    """Draft 2020-12's validator with the schema patterns matched by RE2 (not registered as
-    the validator of any meta-schema, so jsonschema's own ``validator_for`` is unchanged)."""
+    """Draft 2020-12's validator with the keywords of the module docstring replaced (not
+    registered as the validator of any meta-schema: jsonschema's own ``validator_for`` and
+    validators are unchanged for other code in the process)."""
     jsonschema = jsonschema_module()
     cls: type[Validator] = jsonschema.validators.extend(
         jsonschema.Draft202012Validator,
@@ -205,6 +280,9 @@ def tool_validator_class() -> type[Validator]:
             "pattern": _pattern,
             "patternProperties": _pattern_properties,
             "additionalProperties": _additional_properties,
+            "uniqueItems": _unique_items,
+            "unevaluatedItems": _unevaluated_items,
+            "unevaluatedProperties": _unevaluated_properties,
         },
     )
     return cls
