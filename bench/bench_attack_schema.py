@@ -2,7 +2,7 @@
 argument sets, and against the ``regex`` format.
 
 A call's arguments are the model's output, which whatever the model read can steer. For each
-keyword, this validates a hostile argument of growing size n with jsonschema's own Draft 2020-12
+keyword (and the ``iri`` format), this validates a hostile argument of growing size n with jsonschema's own Draft 2020-12
 validator until one run passes ``--cap`` seconds, then validates the same last argument, and one
 near the 1 MiB a call may hold, with the registry's validator (:mod:`processor.core.toolschema`).
 Then the ``regex`` format on distinct hostile patterns of ``--regex-kb`` KB: jsonschema's check
@@ -68,6 +68,9 @@ ATTACKS: list[Attack] = [
            {"type": "object", "additionalProperties": {"type": "integer"},
             "unevaluatedProperties": False},
            lambda n: {f"k{i}": i for i in range(n)}, 1000, lambda n: n * 2, "members"),
+    Attack("`format: iri`",
+           {"type": "object", "properties": {"q": {"type": "string", "format": "iri"}}},
+           lambda n: {"q": "http://x/" + "a" * n}, 250, lambda n: n * 2, "characters"),
 ]  # fmt: skip
 
 
@@ -82,7 +85,10 @@ def _seconds(run: Callable[[], Any], repeat: int = 1) -> float:
 
 def theirs(attack: Attack, cap: float) -> list[tuple[int, float]]:
     """(n, seconds) with jsonschema's own validator, n growing until a run passes ``cap``."""
-    validator = jsonschema_module().Draft202012Validator(attack.schema)
+    jsonschema = jsonschema_module()
+    draft = jsonschema.Draft202012Validator
+    validator = draft(attack.schema, format_checker=draft.FORMAT_CHECKER)
+    validator.is_valid(attack.argument(1))  # a format's library loads at its first check
     rows: list[tuple[int, float]] = []
     n = attack.start
     while not rows or rows[-1][1] < cap:

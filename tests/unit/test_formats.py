@@ -11,6 +11,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processor.core.formats import DEFERRED, format_checker, used_formats
 from processor.core.registry import Registry
@@ -18,7 +20,11 @@ from processor.core.registry import Registry
 
 def python(code: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=False
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,  # a regression to a super-linear check fails instead of hanging
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -147,3 +153,71 @@ def test_a_lent_format_loads_its_library_at_its_first_check_and_checks_as_jsonsc
         """
     )
     assert out.strip() == "ok"
+
+
+# --- iri and iri-reference: RFC 3987 as one RE2 expression ------------------------------------
+
+IRI_ALPHABET = [
+    *"aZ09:/?#@!$&'()*+,;=%-._~ vF.<>\"{|\\^`",
+    "é", "\u00a0", "\ue000", "\ufffe", "\x7f", "\x00", "\ud7ff", "\uf8ff", "\uf900", "\ufdd0",
+    "%4", "%41", "255", "256", "1.2.3.4", "ffff", "http://", "//",
+]  # fmt: skip
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(IRI_ALPHABET), max_size=10).map("".join))
+def test_the_iri_formats_agree_with_rfc3987_syntax(text: str) -> None:
+    """Without IP literals and characters past U+FFFF, where rfc3987_syntax departs from the
+    RFC (below), both decide every string alike."""
+    import rfc3987_syntax
+
+    from processor.core.formats import is_iri, is_iri_reference
+
+    assert is_iri(text) is bool(rfc3987_syntax.is_valid_syntax_iri(text))
+    assert is_iri_reference(text) is bool(rfc3987_syntax.is_valid_syntax_iri_reference(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "iri", "reference"),
+    [
+        ("http://example.com/a?b#c", True, True),
+        ("http://[1:2:3:4:5:6:7:8]/", True, True),
+        ("http://[::ffff:1.2.3.4]", True, True),
+        ("http://[v1.x]/", True, True),
+        ("urn:isbn:123", True, True),
+        ("http://é.com/ü?q=ß#ñ", True, True),
+        ("//host/p", False, True),
+        ("rel/path", False, True),
+        ("", False, True),
+        ("http://[1::2::3]/", False, False),
+        ("http://[::256.1.1.1]/", False, False),
+        ("http://[fe80::1%25eth0]/", False, False),  # RFC 6874 zones are not RFC 3987
+        ("http://x/%zz", False, False),
+        ("http://a b", False, False),
+        ("http://x/\ud800", False, False),  # a lone surrogate
+        # rfc3987_syntax refuses these; RFC 3987 allows them (ucschar goes to U+EFFFD, and
+        # "::1" is an IPv6address): the check follows the RFC
+        ("http://x/\U0001f600", True, True),
+        ("http://[::1]/", True, True),
+        ("//[::1]", False, True),
+    ],
+)
+def test_the_iri_formats_follow_rfc_3987(text: str, iri: bool, reference: bool) -> None:
+    checker = format_checker({"iri", "iri-reference"})
+    assert checker.conforms(text, "iri") is iri
+    assert checker.conforms(text, "iri-reference") is reference
+
+
+def test_the_iri_formats_are_linear_and_do_not_load_rfc3987_syntax() -> None:
+    out = python(
+        """
+        import sys, time
+        from processor.core.formats import format_checker
+        checker = format_checker({"iri", "iri-reference"})
+        text = "http://x/" + "a" * (1 << 20)  # rfc3987_syntax: about 15 minutes
+        assert checker.conforms(text, "iri") and checker.conforms(text, "iri-reference")
+        assert not checker.conforms(text + " ", "iri")
+        print("rfc3987_syntax" in sys.modules)
+        """
+    )
+    assert out.strip() == "False"
