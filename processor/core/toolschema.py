@@ -30,9 +30,10 @@ schema:
 * the ``regex`` format, whose value is itself a pattern, is checked by
   :func:`processor.core.formats.is_regex`, without compiling it.
 
-The dialect of schema patterns is RE2's, close to ECMA-262's without the ``u`` flag: ``\\d``,
-``\\w``, ``\\s`` and ``\\b`` are ASCII (Python's ``re`` let ``\\d`` match any Unicode digit),
-and ``\\p{L}``-style classes work. Text that is not valid Unicode (a lone surrogate, which no
+A schema pattern must parse as Python's ``re`` (jsonschema's ``check_schema`` checks the
+``regex`` format of the meta-schema) and run on RE2. It matches as RE2 matches, close to
+ECMA-262 without the ``u`` flag: ``\\d``, ``\\w``, ``\\s`` and ``\\b`` are ASCII (Python's ``re``
+let ``\\d`` match any Unicode digit). Text that is not valid Unicode (a lone surrogate, which no
 decoded argument holds) matches no pattern.
 """
 

@@ -58,13 +58,15 @@ def validate_call(
     if not isinstance(parsed, dict):
         return Rejected(TerminalReason.MALFORMED_JSON, "top_level_not_object", "not_run")
     quick = declaration.quick_check
+    problems: list[str] = []
     if quick is None or not quick(parsed):  # not certainly valid: jsonschema decides
-        problems = [
-            f"{error.json_path}: {error.validator}"
-            for error in sorted(declaration.validator.iter_errors(parsed), key=_error_order)
-        ]
-    else:
-        problems = []
+        try:
+            problems = [
+                f"{error.json_path}: {error.validator}"
+                for error in sorted(declaration.validator.iter_errors(parsed), key=_error_order)
+            ]
+        except Exception as exc:  # a validator's or format checker's bug fails the call closed
+            problems = [f"$: validator raised {type(exc).__name__}"]
     if problems:
         return Rejected(TerminalReason.SCHEMA_INVALID, "ok", _summary("schema", problems))
     if declaration.business_validators and callable(ctx):

@@ -17,7 +17,7 @@ import re
 import subprocess
 import sys
 import textwrap
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
@@ -236,7 +236,8 @@ def test_the_keywords_keep_their_meaning() -> None:
 def test_the_dialect_is_ascii_like_ecma_262_without_the_u_flag() -> None:
     assert not matches(r"^\d+$", "١٢٣")  # Arabic-Indic digits: Python's re matched them
     assert matches(r"^\d+$", "123")
-    assert matches(r"^\p{Greek}+$", "αβγ")  # Unicode classes, which Python's re refuses
+    with pytest.raises(RegistryError, match="is not a 'regex'"):  # check_schema parses with re
+        Registry.from_document(tool({"type": "object", "properties": {"a": {"pattern": r"\p{L}"}}}))
     assert matches("é.", "xéy")  # positions are characters, not UTF-8 bytes
     assert not matches("^a", "\ud800a")  # text that is not Unicode matches nothing
 
@@ -366,3 +367,20 @@ def test_unique_items_uses_json_equality(items: list[Any]) -> None:
     expected = jsonschema.Draft202012Validator(schema).is_valid(items)
     assert tool_validator_class()(schema).is_valid(items) is expected
     assert tool_validator_class()(schema).is_valid(list(reversed(items))) is expected
+
+
+def test_a_validator_that_raises_fails_the_call_closed() -> None:
+    """The core never raises on input: an exception out of schema validation (a format
+    checker's bug, a keyword's) is a schema_invalid call, as a business validator's is."""
+    import dataclasses
+
+    class Broken:
+        schema: ClassVar[dict[str, Any]] = {}
+
+        def iter_errors(self, instance: Any) -> Any:
+            raise RecursionError("deep")
+
+    broken = dataclasses.replace(declaration({"type": "object"}), validator=Broken())
+    result = validate_call(b'{"a": 1}', broken, None)  # type: ignore[arg-type]
+    assert isinstance(result, Rejected) and result.reason.value == "schema_invalid"
+    assert "validator raised RecursionError" in result.validation_result
