@@ -384,3 +384,12 @@ def test_a_validator_that_raises_fails_the_call_closed() -> None:
     result = validate_call(b'{"a": 1}', broken, None)  # type: ignore[arg-type]
     assert isinstance(result, Rejected) and result.reason.value == "schema_invalid"
     assert "validator raised RecursionError" in result.validation_result
+
+
+def test_the_registry_keeps_the_quick_check_with_its_own_validator() -> None:
+    """``quick_check`` is set only for the registry's own validator class (anything customised
+    always runs jsonschema): the class change must not turn the fast path off."""
+    plain = declaration({"type": "object", "properties": {"a": {"type": "string"}}})
+    assert type(plain.validator) is tool_validator_class()
+    assert plain.quick_check is not None and plain.quick_check({"a": "x"})
+    assert declaration({"type": "object", "properties": {"a": {"pattern": "^x"}}}).quick_check is None
