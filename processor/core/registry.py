@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from processor.core.errors import RegistryError
 from processor.core.fastschema import Check, compile_schema
 from processor.core.formats import format_checker, jsonschema_module, used_formats
-from processor.core.toolschema import PatternError, check_schema_patterns, tool_validator_class
+from processor.core.toolschema import (
+    PatternError,
+    check_schema_patterns,
+    tool_validator_class,
+    unresolved_refs,
+)
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -189,6 +194,12 @@ def _declaration(
         raise RegistryError(detail=f"{where}: 'parameters' {exc}") from None
     checker = format_checker(used_formats(parameters))  # only the formats this schema uses
     validator = tool_validator_class()(parameters, format_checker=checker)
+    unresolved = unresolved_refs(validator)
+    if unresolved:
+        shown = "; ".join(unresolved[:3])
+        raise RegistryError(
+            detail=f"{where}: 'parameters' has a $ref that resolves nowhere: {shown}"
+        )
     limits = entry.get("limits") or {}
     if not isinstance(limits, Mapping) or set(limits) - {"max_bytes", "max_deltas"}:
         raise RegistryError(detail=f"{where}: 'limits' accepts max_bytes and max_deltas")

@@ -23,6 +23,8 @@ schema:
   ``uniqueItems`` by hashing a canonical form of each item (JSON equality: ``1`` and ``1.0``
   are equal, ``true`` and ``1`` are not, objects ignore member order); the evaluated items and
   properties kept in a set. Each keeps jsonschema's meaning (tests compare them);
+* :func:`unresolved_refs` names a ``$ref`` that resolves nowhere in its schema (nothing is
+  fetched), which a registry refuses when it loads;
 * :func:`check_schema_patterns` refuses, when a registry loads, a pattern RE2 cannot run
   (backreferences, lookahead, lookbehind) and ``unevaluatedProperties`` in a schema that also
   has ``patternProperties`` (jsonschema matches those with ``re`` while it finds the evaluated
@@ -164,6 +166,29 @@ def check_schema_patterns(schema: Any) -> None:
             "unevaluatedProperties together with patternProperties is not supported "
             "(jsonschema matches those patterns with a backtracking engine there)"
         )
+
+
+def unresolved_refs(validator: Any) -> list[str]:
+    """``$ref`` values of the validator's schema that do not resolve within it, with their place.
+
+    jsonschema resolves references when it meets them, so a tools file with a dangling or
+    remote ``$ref`` (nothing is fetched) would load and then fail every call of the tool. Each
+    ``$ref`` is looked up from the root, so a schema with an ``$id`` below its root (a base
+    URI of its own for the references inside) is not checked here: those fail their calls
+    closed at validation instead.
+    """
+    nodes = list(_subschemas(validator.schema))
+    if any("$id" in node for where, node in nodes if where != "$"):
+        return []
+    unresolved = []
+    for where, node in nodes:
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            try:
+                next(validator.evolve(schema={"$ref": ref}).iter_errors(None), None)
+            except Exception as exc:  # referencing's Unresolvable, as jsonschema wraps it
+                unresolved.append(f"{where}.$ref {ref!r} ({type(exc).__name__})")
+    return unresolved
 
 
 # --- the keywords (jsonschema's keyword signature: validator, value, instance, schema) -------

@@ -393,3 +393,30 @@ def test_the_registry_keeps_the_quick_check_with_its_own_validator() -> None:
     assert type(plain.validator) is tool_validator_class()
     assert plain.quick_check is not None and plain.quick_check({"a": "x"})
     assert declaration({"type": "object", "properties": {"a": {"pattern": "^x"}}}).quick_check is None
+
+
+@pytest.mark.parametrize("ref", ["https://example.com/s.json", "#/$defs/missing", "other.json"])
+def test_a_ref_that_resolves_nowhere_is_refused_at_load(ref: str) -> None:
+    """It loaded before, and then every call of the tool raised out of validation."""
+    schema = {"type": "object", "properties": {"a": {"$ref": ref}}}
+    with pytest.raises(RegistryError, match=r"\$ref that resolves nowhere: \$\.properties\['a'\]"):
+        Registry.from_document(tool(schema))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$defs": {"s": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/s"}}},
+        {"$id": "urn:example:tool", "$defs": {"s": {"type": "string"}},
+         "properties": {"a": {"$ref": "urn:example:tool#/$defs/s"}, "b": {"$ref": "#/$defs/s"}}},
+        {"$defs": {"s": {"$anchor": "str", "type": "string"}}, "properties": {"a": {"$ref": "#str"}}},
+        {"properties": {"a": {"type": "string"}, "b": {"$ref": "#/properties/a"}}},
+        {"properties": {"next": {"$ref": "#"}}},  # recursive
+    ],
+)  # fmt: skip
+def test_refs_that_resolve_still_load_and_validate(schema: dict[str, Any]) -> None:
+    full = {"type": "object", **schema}
+    assert isinstance(check(full, {}), Validated)
+    if "a" in full.get("properties", {}):
+        assert isinstance(check(full, {"a": "x"}), Validated)
+        assert isinstance(check(full, {"a": 1}), Rejected)
