@@ -219,10 +219,11 @@ SECTIONS = [
         [],
         ["--smoke"],
         render=_as_is,
-        intro="Hostile arguments against the keywords whose cost an argument sets (backtracking "
-        "patterns, `uniqueItems`, `unevaluatedItems`, `unevaluatedProperties`) and distinct "
-        "hostile values of a `format: regex` argument: jsonschema's own validator against the "
-        "registry's (`processor/core/toolschema.py`). See docs/reliability.md.",
+        intro="Hostile arguments against what lets an argument set its own validation cost "
+        "(backtracking patterns, `uniqueItems`, `unevaluatedItems`, `unevaluatedProperties`, "
+        "the `iri` format) and distinct hostile values of a `format: regex` argument: "
+        "jsonschema's own validator against the registry's (`processor/core/toolschema.py`, "
+        "`processor/core/formats.py`). See docs/reliability.md.",
     ),
     Section(
         "attack",
