@@ -243,7 +243,7 @@ def test_the_dialect_is_ascii_like_ecma_262_without_the_u_flag() -> None:
 
 
 def test_jsonschema_itself_is_left_alone() -> None:
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
     cls = jsonschema.validators.validator_for(
         {"$schema": "https://json-schema.org/draft/2020-12/schema"}
     )
@@ -333,7 +333,7 @@ KEYWORD_SCHEMAS: list[dict[str, Any]] = [
 @settings(max_examples=150, deadline=None)
 @given(schema=st.sampled_from(KEYWORD_SCHEMAS), instance=JSON_VALUES)
 def test_the_replaced_keywords_decide_as_jsonschema_does(schema: dict[str, Any], instance: Any) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
     theirs = jsonschema.Draft202012Validator(schema)
     ours = tool_validator_class()(schema)
 
@@ -362,7 +362,7 @@ def test_the_replaced_keywords_decide_as_jsonschema_does(schema: dict[str, Any],
     ],
 )
 def test_unique_items_uses_json_equality(items: list[Any]) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
     schema = {"uniqueItems": True}
     expected = jsonschema.Draft202012Validator(schema).is_valid(items)
     assert tool_validator_class()(schema).is_valid(items) is expected
