@@ -225,14 +225,23 @@ def _iri_patterns() -> tuple[str, str]:
 
 
 @functools.cache
-def _iri_regexes() -> tuple[Any, Any]:
-    import re2  # noqa: PLC0415  # only when a schema checks IRIs
+def re2_options() -> Any:
+    """RE2's options for every expression here and in :mod:`processor.core.toolschema`: only
+    whether it matches (no submatches to compute), and no refused pattern printed to stderr."""
+    import re2  # noqa: PLC0415  # only when a schema has a pattern or checks IRIs
 
     options = re2.Options()
     options.log_errors = False
     options.never_capture = True
+    return options
+
+
+@functools.cache
+def _iri_regexes() -> tuple[Any, Any]:
+    import re2  # noqa: PLC0415  # only when a schema checks IRIs
+
     iri, reference = _iri_patterns()
-    return re2.compile(iri, options), re2.compile(reference, options)
+    return re2.compile(iri, re2_options()), re2.compile(reference, re2_options())
 
 
 def _fullmatch(regex: Any, instance: str) -> bool:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import re2
 
-from processor.core.formats import jsonschema_module
+from processor.core.formats import jsonschema_module, re2_options
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -75,14 +75,6 @@ class PatternError(ValueError):
     """A schema pattern this module cannot run in linear time (the message says where and why)."""
 
 
-@functools.cache
-def _options() -> Any:
-    options = re2.Options()
-    options.log_errors = False  # RE2 would print every refused pattern to stderr
-    options.never_capture = True  # only whether it matches: no submatches to compute
-    return options
-
-
 @functools.lru_cache(maxsize=4096)
 def compile_pattern(source: str) -> Any:
     """A schema pattern compiled by RE2 (cached: schema patterns are few and trusted).
@@ -90,7 +82,7 @@ def compile_pattern(source: str) -> Any:
     Raises :class:`PatternError` with RE2's reason for a pattern it does not accept.
     """
     try:
-        return re2.compile(source, _options())
+        return re2.compile(source, re2_options())
     except re2.error as exc:
         reason = exc.args[0] if exc.args else "invalid"
         if isinstance(reason, bytes):
