@@ -127,9 +127,11 @@ def text_line(record: OutputRecord) -> bytes:
 def _replay_command(args: argparse.Namespace) -> int:
     from processor.core.assembler import Assembler  # noqa: PLC0415
     from processor.core.policy import Limits  # noqa: PLC0415
+    from processor.recursion import allow_deep_validation  # noqa: PLC0415
     from processor.toolsfile import load_registry  # noqa: PLC0415
 
     registry = load_registry(args.tools)  # a RegistryError is one line (the CLI's boundary)
+    allow_deep_validation()
     stream: IO[bytes] = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
     assembler = Assembler(registry, Limits())
     counts: dict[str, int] = {}

@@ -23,6 +23,8 @@ from processor.core.formats import format_checker, jsonschema_module, used_forma
 from processor.core.toolschema import (
     PatternError,
     check_schema_patterns,
+    meta_format_checker,
+    ref_cycles,
     tool_validator_class,
     unresolved_refs,
 )
@@ -185,13 +187,21 @@ def _declaration(
         raise RegistryError(detail=f"{where}: 'parameters' must describe an object")
     jsonschema = jsonschema_module()
     try:
-        jsonschema.Draft202012Validator.check_schema(parameters)
-    except jsonschema.SchemaError as exc:
-        raise RegistryError(detail=f"{where}: invalid JSON Schema: {exc.message}") from None
-    try:
-        check_schema_patterns(parameters)
+        check_schema_patterns(parameters)  # first: its message says why RE2 refuses a pattern
     except PatternError as exc:
         raise RegistryError(detail=f"{where}: 'parameters' {exc}") from None
+    try:
+        jsonschema.Draft202012Validator.check_schema(
+            parameters, format_checker=meta_format_checker()
+        )
+    except jsonschema.SchemaError as exc:
+        raise RegistryError(detail=f"{where}: invalid JSON Schema: {exc.message}") from None
+    cycles = ref_cycles(parameters)
+    if cycles:
+        raise RegistryError(
+            detail=f"{where}: 'parameters' has a $ref that leads back to itself without "
+            f"descending into the argument (validation would never end): {cycles[0]}"
+        )
     checker = format_checker(used_formats(parameters))  # only the formats this schema uses
     validator = tool_validator_class()(parameters, format_checker=checker)
     unresolved = unresolved_refs(validator)

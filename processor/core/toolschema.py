@@ -24,7 +24,8 @@ schema:
   are equal, ``true`` and ``1`` are not, objects ignore member order); the evaluated items and
   properties kept in a set. Each keeps jsonschema's meaning (tests compare them);
 * :func:`unresolved_refs` names a ``$ref`` that resolves nowhere in its schema (nothing is
-  fetched), which a registry refuses when it loads;
+  fetched), and :func:`ref_cycles` one that leads back to itself without descending into the
+  argument (validation would never end); a registry refuses both when it loads;
 * :func:`check_schema_patterns` refuses, when a registry loads, a pattern RE2 cannot run
   (backreferences, lookahead, lookbehind) and ``unevaluatedProperties`` in a schema that also
   has ``patternProperties`` (jsonschema matches those with ``re`` while it finds the evaluated
@@ -32,10 +33,11 @@ schema:
 * the ``regex`` format, whose value is itself a pattern, is checked by
   :func:`processor.core.formats.is_regex`, without compiling it.
 
-A schema pattern must parse as Python's ``re`` (jsonschema's ``check_schema`` checks the
-``regex`` format of the meta-schema) and run on RE2. It matches as RE2 matches, close to
-ECMA-262 without the ``u`` flag: ``\\d``, ``\\w``, ``\\s`` and ``\\b`` are ASCII (Python's ``re``
-let ``\\d`` match any Unicode digit). Text that is not valid Unicode (a lone surrogate, which no
+A schema pattern is RE2's dialect: the meta-schema's ``regex`` format is checked by RE2
+(:func:`meta_format_checker`), not by compiling with Python's ``re``, so ``\\p{L}`` (a Unicode
+letter, as ECMA-262 writes it with the ``u`` flag) is accepted. It matches as RE2 matches, close
+to ECMA-262: ``\\d``, ``\\w``, ``\\s`` and ``\\b`` are ASCII (Python's ``re`` let ``\\d`` match
+any Unicode digit). Text that is not valid Unicode (a lone surrogate, which no
 decoded argument holds) matches no pattern.
 """
 
@@ -44,10 +46,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
 
 import re2
 
-from processor.core.formats import jsonschema_module, re2_options
+from processor.core.formats import is_regex, jsonschema_module, re2_options
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -104,27 +107,45 @@ def matches(source: str, text: str) -> bool:
         return False
 
 
-def _subschemas(schema: Any, where: str = "$") -> Iterator[tuple[str, Mapping[str, Any]]]:
+def _subschemas(schema: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """(place, subschema) of ``schema`` and of every schema inside it.
 
     Only schema positions are walked: a ``default``, ``const``, ``enum`` or ``examples`` value
     is data, and a ``pattern`` key inside it is not a pattern.
     """
+    for _, where, node in _located(schema):
+        yield where, node
+
+
+def _pointer_token(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _located(
+    schema: Any, pointer: str = "", where: str = "$"
+) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(JSON pointer, place, subschema) of ``schema`` and of every schema inside it."""
     if not isinstance(schema, Mapping):
         return
-    yield where, schema
+    yield pointer, where, schema
     for keyword in _ONE:
-        yield from _subschemas(schema.get(keyword), f"{where}.{keyword}")
+        yield from _located(schema.get(keyword), f"{pointer}/{keyword}", f"{where}.{keyword}")
     for keyword in _MAP:
         members = schema.get(keyword)
         if isinstance(members, Mapping):
             for name, subschema in members.items():
-                yield from _subschemas(subschema, f"{where}.{keyword}[{name!r}]")
+                yield from _located(
+                    subschema,
+                    f"{pointer}/{keyword}/{_pointer_token(str(name))}",
+                    f"{where}.{keyword}[{name!r}]",
+                )
     for keyword in _LIST:
         members = schema.get(keyword)
         if isinstance(members, list):
             for index, subschema in enumerate(members):
-                yield from _subschemas(subschema, f"{where}.{keyword}[{index}]")
+                yield from _located(
+                    subschema, f"{pointer}/{keyword}/{index}", f"{where}.{keyword}[{index}]"
+                )
 
 
 def schema_patterns(schema: Any) -> Iterator[tuple[str, str]]:
@@ -146,10 +167,12 @@ def check_schema_patterns(schema: Any) -> None:
         try:
             compile_pattern(source)
         except PatternError as exc:
-            raise PatternError(
-                f"{where}: pattern {source!r} cannot be matched in linear time ({exc}); "
-                "backreferences, lookahead and lookbehind are not supported"
-            ) from None
+            if is_regex(source):  # Python's re parses it: RE2 refuses what it needs
+                raise PatternError(
+                    f"{where}: pattern {source!r} cannot be matched in linear time ({exc}); "
+                    "backreferences, lookahead and lookbehind are not supported"
+                ) from None
+            raise PatternError(f"{where}: pattern {source!r} is not a valid regex ({exc})") from exc
     nodes = [node for _, node in _subschemas(schema)]
     if any("unevaluatedProperties" in node for node in nodes) and any(
         node.get("patternProperties") for node in nodes
@@ -158,6 +181,119 @@ def check_schema_patterns(schema: Any) -> None:
             "unevaluatedProperties together with patternProperties is not supported "
             "(jsonschema matches those patterns with a backtracking engine there)"
         )
+
+
+# Keywords that apply a subschema to the same instance (not to a part of it): a ``$ref`` cycle
+# through these alone never reaches the end of the argument.
+_IN_PLACE_ONE: Final = ("not", "if", "then", "else")
+_IN_PLACE_LIST: Final = ("allOf", "anyOf", "oneOf")
+
+
+def _in_place_edges(pointer: str, node: Mapping[str, Any]) -> Iterator[str]:
+    for keyword in _IN_PLACE_ONE:
+        if isinstance(node.get(keyword), Mapping):
+            yield f"{pointer}/{keyword}"
+    for keyword in _IN_PLACE_LIST:
+        members = node.get(keyword)
+        if isinstance(members, list):
+            for index, member in enumerate(members):
+                if isinstance(member, Mapping):
+                    yield f"{pointer}/{keyword}/{index}"
+    dependent = node.get("dependentSchemas")
+    if isinstance(dependent, Mapping):
+        for name, member in dependent.items():
+            if isinstance(member, Mapping):
+                yield f"{pointer}/dependentSchemas/{_pointer_token(str(name))}"
+
+
+def _ref_target(ref: str, anchors: Mapping[str, str]) -> str | None:
+    """The JSON pointer (within the root) a local ``$ref`` names, or None if not local."""
+    if ref == "#":
+        return ""
+    if ref.startswith("#/"):
+        return unquote(ref[1:])
+    if ref.startswith("#"):
+        return anchors.get(ref[1:])
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def meta_format_checker() -> Any:
+    """The format checks of Draft 2020-12's meta-schema, with ``regex`` meaning "RE2 runs it".
+
+    ``check_schema`` would check a schema's patterns (the meta-schema's ``regex`` format) by
+    compiling them with Python's ``re``, which refuses what RE2 and ECMA-262 accept (``\\p{L}``,
+    a Unicode letter) and accepts what RE2 cannot run (those get their own message from
+    :func:`check_schema_patterns`, which runs first).
+    """
+    jsonschema = jsonschema_module()
+    own = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    checker = jsonschema.FormatChecker(())
+    checker.checkers = {**own.checkers, "regex": (_runs_on_re2, ())}
+    return checker
+
+
+def _runs_on_re2(instance: object) -> bool:
+    if not isinstance(instance, str):
+        return True
+    try:
+        compile_pattern(instance)
+    except PatternError:
+        return False
+    return True
+
+
+def ref_cycles(schema: Any) -> list[str]:
+    """Places of ``$ref`` that lead back to themselves without descending into the argument.
+
+    ``{"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}}`` validates the same value against
+    itself for ever: jsonschema recurses until Python's recursion limit, and every call of the
+    tool would fail. JSON Schema leaves such a schema's behaviour undefined; a registry refuses
+    it when it loads. A cycle through ``properties``, ``items`` or any keyword that descends
+    into a part of the value is a recursive schema, and fine: each step reaches deeper into a
+    finite argument. A schema with an ``$id`` below its root is not checked (as
+    :func:`unresolved_refs`).
+    """
+    places = {pointer: where for pointer, where, _ in _located(schema)}
+    located = {pointer: node for pointer, _, node in _located(schema)}
+    if any("$id" in node for pointer, node in located.items() if pointer):
+        return []
+    anchors = {
+        node["$anchor"]: pointer
+        for pointer, node in located.items()
+        if isinstance(node.get("$anchor"), str)
+    }
+    edges: dict[str, list[str]] = {}
+    for pointer, node in located.items():
+        targets = list(_in_place_edges(pointer, node))
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = _ref_target(ref, anchors)
+            if target is not None and target in located:
+                targets.append(target)
+        edges[pointer] = targets
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    found: list[str] = []
+    for start in located:
+        if state.get(start):
+            continue
+        stack = [(start, iter(edges[start]))]
+        state[start] = 1
+        while stack:
+            pointer, pending = stack[-1]
+            step = next(pending, None)
+            if step is None:
+                state[pointer] = 2
+                stack.pop()
+            elif state.get(step) == 1:  # a cycle: from ``step`` on the path back to it
+                path = [p for p, _ in stack]
+                cycle = path[path.index(step) :]
+                via = next(p for p in cycle if isinstance(located[p].get("$ref"), str))
+                found.append(f"{places[via]}.$ref {located[via]['$ref']!r}")
+            elif not state.get(step):
+                state[step] = 1
+                stack.append((step, iter(edges[step])))
+    return found
 
 
 def unresolved_refs(validator: Any) -> list[str]:

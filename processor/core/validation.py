@@ -65,6 +65,8 @@ def validate_call(
                 f"{error.json_path}: {error.validator}"
                 for error in sorted(declaration.validator.iter_errors(parsed), key=_error_order)
             ]
+        except RecursionError:  # a recursive schema, an argument nested past what the stack allows
+            problems = ["$: nested deeper than the recursion limit lets validation go"]
         except Exception as exc:  # a validator's or format checker's bug fails the call closed
             problems = [f"$: validator raised {type(exc).__name__}"]
     if problems:

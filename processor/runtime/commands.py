@@ -122,11 +122,13 @@ def _worker_command(args: argparse.Namespace) -> int:
             where="--tools / PROCESSOR_TOOLS_FILE",
             hint="name the tool registry (YAML or JSON) the worker validates calls against",
         )
+    from processor.recursion import allow_deep_validation  # noqa: PLC0415
     from processor.runtime.worker import run_worker  # noqa: PLC0415  (heavy imports)
     from processor.toolsfile import load_registry  # noqa: PLC0415
 
     registry = load_registry(settings.tools_file)
     verifier = _verifier(settings)
+    allow_deep_validation()
     return asyncio.run(run_worker(settings, registry, verifier))
 
 

@@ -1,4 +1,5 @@
-"""Fuzz targets: hostile input for the JSON scanner, every adapter, and the eventstream decoder.
+"""Fuzz targets: hostile input for the JSON scanner, every adapter, the eventstream decoder, the
+record decoder and the tool-schema validation.
 
 Each target is a function ``(rng) -> None`` that builds one case from its own seeded
 ``random.Random``, runs it, and raises :class:`Escape` when the code under test misbehaves. The
@@ -25,6 +26,8 @@ Targets and what counts as an escape:
                  ``processor replay``'s loop: nothing raises, every record the decoder rejects
                  gives exactly one dead letter with that reason, and a dispatch comes only after
                  its response completed.
+``schemas``      random tool schemas and arguments through the registry's validation, against
+                 jsonschema's own validator (:mod:`tests.fuzz.schemas` says what escapes).
 ``eventstream``  the recorded Bedrock body with corrupted lengths, CRCs, bytes, truncations and
                  random chunkings: only AdapterError; without a recomputed CRC, every message
                  decoded is one of the original messages; an intact body decodes identically in
@@ -75,6 +78,7 @@ from processor.core.events import (
 )
 from processor.core.jsonscan import JsonSyntaxScanner
 from processor.core.registry import Registry
+from tests.fuzz import schemas
 
 DATA = Path(__file__).resolve().parents[1] / "adapters" / "data"
 CTX = TurnContext(tenant="t1", turn_id="turn-1", actor="user-1", session="s1")
@@ -642,12 +646,20 @@ _TOOLS_OF_RECORDINGS = (
 )  # fmt: skip
 
 
+def schemas_case(rng: random.Random) -> None:
+    try:
+        schemas.schemas_case(rng, STATS)
+    except schemas.SchemaEscape as exc:
+        raise Escape(str(exc)) from None
+
+
 TARGETS: dict[str, Callable[[random.Random], None]] = {
     "jsonscan": jsonscan_case,
     "adapters": adapters_case,
     "garbage": garbage_case,
     "eventstream": eventstream_case,
     "records": records_case,
+    "schemas": schemas_case,
 }
 
 

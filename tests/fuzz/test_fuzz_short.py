@@ -12,7 +12,8 @@ import pytest
 from tests.fuzz.targets import STATS, run
 
 SEED = 20261203
-CASES = {"jsonscan": 4000, "adapters": 600, "garbage": 3000, "eventstream": 600, "records": 500}
+CASES = {"jsonscan": 4000, "adapters": 600, "garbage": 3000, "eventstream": 600, "records": 500,
+         "schemas": 500}  # fmt: skip
 
 
 @pytest.mark.parametrize("target", sorted(CASES))
@@ -27,6 +28,9 @@ def test_no_escapes(target: str) -> None:
         assert STATS["adapters.dispatched"] > 50 and STATS["adapters.adapter_error"] > 50, STATS
     if target == "records":
         assert STATS["records.dead_lettered"] > 200 and STATS["records.dispatched"] > 20, STATS
+    if target == "schemas":
+        assert STATS["schemas.valid"] > 200 and STATS["schemas.invalid"] > 200, STATS
+        assert STATS["schemas.shortcut"] > 20, STATS
     if target == "eventstream":
         assert STATS["eventstream.decoded"] > 40 and STATS["eventstream.refused"] > 50, STATS
 

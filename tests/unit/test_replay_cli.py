@@ -68,3 +68,29 @@ def test_replay_is_deterministic() -> None:
 def test_summary_goes_to_stderr() -> None:
     _, err = replay(scenario(), "--summary")
     assert "dispatch=1" in err
+
+
+def test_a_recursive_schema_validates_an_argument_at_the_depth_limit(tmp_path: Path) -> None:
+    """Eight ``allOf`` around each level of a recursive schema need about 1,270 frames for an
+    argument 63 deep: past CPython's default recursion limit. ``replay`` (like the worker)
+    raises the limit at start, so the valid call dispatches instead of failing
+    ``schema_invalid`` (tests/unit/test_toolschema.py shows the failure without it)."""
+    inner: dict[str, object] = {"type": "object", "additionalProperties": {"$ref": "#/$defs/n"}}
+    for _ in range(8):
+        inner = {"allOf": [inner]}
+    schema = {"type": "object", "$defs": {"n": inner}, "$ref": "#/$defs/n"}
+    tools = tmp_path / "tools.json"
+    tools.write_bytes(orjson.dumps({"tools": [{"name": "tree", "parameters": schema}]}))
+    value: dict[str, object] = {}
+    for _ in range(62):
+        value = {"a": value}
+    events = [turn_started(), *Call().stream(orjson.dumps(value).decode(), 7, tool="tree")]
+    result = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "replay", "--tools", str(tools), "-"],
+        input=b"\n".join(encode(e) for e in events) + b"\n",
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
+    )
+    out = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert [o["tool"] for o in out if o["kind"] == "dispatch"] == ["tree"], out

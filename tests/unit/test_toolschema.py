@@ -19,6 +19,7 @@ import sys
 import textwrap
 from typing import Any, ClassVar
 
+import jsonschema
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -236,14 +237,16 @@ def test_the_keywords_keep_their_meaning() -> None:
 def test_the_dialect_is_ascii_like_ecma_262_without_the_u_flag() -> None:
     assert not matches(r"^\d+$", "١٢٣")  # Arabic-Indic digits: Python's re matched them
     assert matches(r"^\d+$", "123")
-    with pytest.raises(RegistryError, match="is not a 'regex'"):  # check_schema parses with re
-        Registry.from_document(tool({"type": "object", "properties": {"a": {"pattern": r"\p{L}"}}}))
+    letters = {"type": "object", "properties": {"a": {"pattern": r"^\p{L}+$"}}}
+    assert isinstance(check(letters, {"a": "éλж"}), Validated)  # re refused \p{L} at load
+    assert isinstance(check(letters, {"a": "a1"}), Rejected)
+    with pytest.raises(RegistryError, match=r"pattern '\[' is not a valid regex \(missing \]"):
+        Registry.from_document(tool({"type": "object", "properties": {"a": {"pattern": "["}}}))
     assert matches("é.", "xéy")  # positions are characters, not UTF-8 bytes
     assert not matches("^a", "\ud800a")  # text that is not Unicode matches nothing
 
 
 def test_jsonschema_itself_is_left_alone() -> None:
-    import jsonschema
     cls = jsonschema.validators.validator_for(
         {"$schema": "https://json-schema.org/draft/2020-12/schema"}
     )
@@ -333,7 +336,6 @@ KEYWORD_SCHEMAS: list[dict[str, Any]] = [
 @settings(max_examples=150, deadline=None)
 @given(schema=st.sampled_from(KEYWORD_SCHEMAS), instance=JSON_VALUES)
 def test_the_replaced_keywords_decide_as_jsonschema_does(schema: dict[str, Any], instance: Any) -> None:
-    import jsonschema
     theirs = jsonschema.Draft202012Validator(schema)
     ours = tool_validator_class()(schema)
 
@@ -362,7 +364,6 @@ def test_the_replaced_keywords_decide_as_jsonschema_does(schema: dict[str, Any],
     ],
 )
 def test_unique_items_uses_json_equality(items: list[Any]) -> None:
-    import jsonschema
     schema = {"uniqueItems": True}
     expected = jsonschema.Draft202012Validator(schema).is_valid(items)
     assert tool_validator_class()(schema).is_valid(items) is expected
@@ -383,7 +384,7 @@ def test_a_validator_that_raises_fails_the_call_closed() -> None:
     broken = dataclasses.replace(declaration({"type": "object"}), validator=Broken())
     result = validate_call(b'{"a": 1}', broken, None)  # type: ignore[arg-type]
     assert isinstance(result, Rejected) and result.reason.value == "schema_invalid"
-    assert "validator raised RecursionError" in result.validation_result
+    assert "nested deeper than the recursion limit" in result.validation_result
 
 
 def test_the_registry_keeps_the_quick_check_with_its_own_validator() -> None:
@@ -420,3 +421,105 @@ def test_refs_that_resolve_still_load_and_validate(schema: dict[str, Any]) -> No
     if "a" in full.get("properties", {}):
         assert isinstance(check(full, {"a": "x"}), Validated)
         assert isinstance(check(full, {"a": 1}), Rejected)
+
+
+# ------------------------------------------------------------- $ref cycles and deep arguments
+
+ENDLESS: list[tuple[dict[str, Any], str]] = [
+    ({"$defs": {"d": {"$ref": "#/$defs/d"}}, "properties": {"x": {"$ref": "#/$defs/d"}}},
+     r"\$\.\$defs\['d'\]\.\$ref '#/\$defs/d'"),
+    ({"allOf": [{"$ref": "#"}]}, r"\$\.allOf\[0\]\.\$ref '#'"),
+    ({"$defs": {"a": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/b"}]},
+                "b": {"oneOf": [{"$ref": "#/$defs/a"}]}},
+      "properties": {"x": {"$ref": "#/$defs/a"}}}, r"\$\.\$defs\['a'\]\.anyOf\[1\]\.\$ref"),
+    ({"$defs": {"n": {"$anchor": "node", "not": {"$ref": "#node"}}},
+      "properties": {"x": {"$ref": "#node"}}}, r"\.not\.\$ref '#node'"),
+    ({"$defs": {"a/b": {"if": {"type": "object"}, "then": {"$ref": "#/$defs/a~1b"}}},
+      "properties": {"x": {"$ref": "#/$defs/a~1b"}}}, r"\.then\.\$ref '#/\$defs/a~1b'"),
+    ({"dependentSchemas": {"k": {"$ref": "#"}}}, r"\$\.dependentSchemas\['k'\]\.\$ref '#'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("schema", "place"), ENDLESS)
+def test_a_ref_cycle_that_never_descends_is_refused_at_load(
+    schema: dict[str, Any], place: str
+) -> None:
+    """Each validates a value against itself for ever: jsonschema recursed to the limit on every
+    value that reaches the cycle, and the tool loaded (or was refused as "resolves nowhere")."""
+    full = {"type": "object", **schema}
+    with pytest.raises(RegistryError, match=r"leads back to itself without descending.*" + place):
+        Registry.from_document(tool(full))
+    reference = jsonschema.Draft202012Validator(full)
+    probes = [{}, {"k": 1, "x": {}}, {"x": 1}]
+    assert any(_recurses(reference, value) for value in probes)  # the refusal is not a guess
+
+
+def _recurses(validator: Any, value: Any) -> bool:
+    try:
+        list(validator.iter_errors(value))
+    except RecursionError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"properties": {"next": {"$ref": "#"}}},
+        {"$defs": {"n": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#/$defs/n"}}]}},
+         "properties": {"tree": {"$ref": "#/$defs/n"}}},
+        {"additionalProperties": {"allOf": [{"$ref": "#"}]}},
+        {"$defs": {"n": {"oneOf": [{"type": "null"}, {"prefixItems": [{"$ref": "#/$defs/n"}]}]}},
+         "properties": {"p": {"$ref": "#/$defs/n"}}},
+        {"properties": {"c": {"contains": {"$ref": "#/properties/c"}}}},
+    ],
+)  # fmt: skip
+def test_recursive_schemas_that_descend_still_load(schema: dict[str, Any]) -> None:
+    full = {"type": "object", **schema}
+    Registry.from_document(tool(full))
+    nested = {"next": {"next": {}}, "tree": [1, [2, [3]]], "p": [[None]], "c": [[[]]], "z": {}}
+    assert isinstance(check(full, nested), Validated) == jsonschema.Draft202012Validator(
+        full
+    ).is_valid(nested)
+
+
+def test_a_valid_argument_at_the_depth_limit_validates_in_the_worker_and_replay() -> None:
+    """A recursive schema with eight ``allOf`` around each level needs about 1,270 frames for
+    an argument 63 deep (the scanner allows 64): past CPython's default limit of 1,000, so
+    the call failed ``schema_invalid``. ``allow_deep_validation`` (called by the worker and
+    ``replay``) raises the limit; the same call then dispatches. In a child process, so this
+    process keeps its limit."""
+    code = """
+        import sys
+        import orjson
+        from processor.core.registry import Registry
+        from processor.core.validation import Rejected, Validated, validate_call
+        from processor.recursion import allow_deep_validation
+        inner = {"type": "object", "additionalProperties": {"$ref": "#/$defs/n"}}
+        for _ in range(8):
+            inner = {"allOf": [inner]}
+        schema = {"type": "object", "$defs": {"n": inner}, "$ref": "#/$defs/n"}
+        tool = Registry.from_document({"tools": [{"name": "t", "parameters": schema}]})
+        declaration = tool.resolve("t").declaration
+        value = {}
+        for _ in range(62):
+            value = {"a": value}
+        text = orjson.dumps(value)
+        before = validate_call(text, declaration, None)
+        assert isinstance(before, Rejected), before
+        assert "nested deeper than the recursion limit" in before.validation_result, before
+        limit = allow_deep_validation()
+        assert limit >= 2_000 and sys.getrecursionlimit() == limit, limit
+        assert allow_deep_validation() == limit  # never lowered, idempotent
+        after = validate_call(text, declaration, None)
+        assert isinstance(after, Validated), after
+        print("ok")
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
