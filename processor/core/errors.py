@@ -25,6 +25,13 @@ and a human ``detail`` that never contains argument values.
 
 from __future__ import annotations
 
+PROCESS_EXCEPTIONS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit, GeneratorExit)
+"""What belongs to the process, never to a record. Where a record's handling is caught (a
+validator, the core under the worker), everything else is caught, ``BaseException`` included:
+a Rust extension's panic surfaces as pyo3's ``PanicException``, which derives from
+``BaseException`` (rpds, under jsonschema's references, panics when the recursion limit
+strikes inside one of its key comparisons)."""
+
 
 class ProcessorError(Exception):
     """Base of every error this package raises on purpose."""

@@ -45,11 +45,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Hashable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import unquote
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from urllib.parse import unquote, urldefrag, urljoin
 
 import re2
 
+from processor.core.errors import PROCESS_EXCEPTIONS
 from processor.core.formats import is_regex, jsonschema_module, re2_options
 
 if TYPE_CHECKING:
@@ -113,8 +114,15 @@ def _subschemas(schema: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
     Only schema positions are walked: a ``default``, ``const``, ``enum`` or ``examples`` value
     is data, and a ``pattern`` key inside it is not a pattern.
     """
-    for _, where, node in _located(schema):
-        yield where, node
+    for found in _located(schema):
+        yield found.where, found.node
+
+
+class _Located(NamedTuple):
+    pointer: str  # JSON pointer from the root
+    where: str  # the place as messages write it: $.properties['a']
+    resource: str  # URI of the schema resource it is in (its nearest $id, "" for the root's)
+    node: Mapping[str, Any]
 
 
 def _pointer_token(token: str) -> str:
@@ -122,14 +130,19 @@ def _pointer_token(token: str) -> str:
 
 
 def _located(
-    schema: Any, pointer: str = "", where: str = "$"
-) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    """(JSON pointer, place, subschema) of ``schema`` and of every schema inside it."""
+    schema: Any, pointer: str = "", where: str = "$", resource: str = ""
+) -> Iterator[_Located]:
+    """Every subschema of ``schema`` (itself included), with its pointer, place and resource."""
     if not isinstance(schema, Mapping):
         return
-    yield pointer, where, schema
+    own = schema.get("$id")
+    if isinstance(own, str):
+        resource = urldefrag(urljoin(resource, own))[0]
+    yield _Located(pointer, where, resource, schema)
     for keyword in _ONE:
-        yield from _located(schema.get(keyword), f"{pointer}/{keyword}", f"{where}.{keyword}")
+        yield from _located(
+            schema.get(keyword), f"{pointer}/{keyword}", f"{where}.{keyword}", resource
+        )
     for keyword in _MAP:
         members = schema.get(keyword)
         if isinstance(members, Mapping):
@@ -138,13 +151,17 @@ def _located(
                     subschema,
                     f"{pointer}/{keyword}/{_pointer_token(str(name))}",
                     f"{where}.{keyword}[{name!r}]",
+                    resource,
                 )
     for keyword in _LIST:
         members = schema.get(keyword)
         if isinstance(members, list):
             for index, subschema in enumerate(members):
                 yield from _located(
-                    subschema, f"{pointer}/{keyword}/{index}", f"{where}.{keyword}[{index}]"
+                    subschema,
+                    f"{pointer}/{keyword}/{index}",
+                    f"{where}.{keyword}[{index}]",
+                    resource,
                 )
 
 
@@ -206,15 +223,23 @@ def _in_place_edges(pointer: str, node: Mapping[str, Any]) -> Iterator[str]:
                 yield f"{pointer}/dependentSchemas/{_pointer_token(str(name))}"
 
 
-def _ref_target(ref: str, anchors: Mapping[str, str]) -> str | None:
-    """The JSON pointer (within the root) a local ``$ref`` names, or None if not local."""
-    if ref == "#":
-        return ""
-    if ref.startswith("#/"):
-        return unquote(ref[1:])
+def _ref_target(
+    ref: str, at: _Located, roots: Mapping[str, str], anchors: Mapping[tuple[str, str], str]
+) -> str | None:
+    """The JSON pointer (from the root) of the subschema ``ref`` names, None if it is not in
+    the schema (resolved as referencing does: against the resource's URI)."""
     if ref.startswith("#"):
-        return anchors.get(ref[1:])
-    return None
+        uri, fragment = at.resource, ref[1:]
+    else:
+        uri, fragment = urldefrag(urljoin(at.resource, ref))
+    root = roots.get(uri)
+    if root is None:
+        return None
+    if not fragment:
+        return root
+    if fragment.startswith("/"):
+        return root + unquote(fragment)
+    return anchors.get((uri, fragment))
 
 
 @functools.lru_cache(maxsize=1)
@@ -248,32 +273,34 @@ def ref_cycles(schema: Any) -> list[str]:
 
     ``{"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}}`` validates the same value against
     itself for ever: jsonschema recurses until Python's recursion limit, and every call of the
-    tool would fail. JSON Schema leaves such a schema's behaviour undefined; a registry refuses
-    it when it loads. A cycle through ``properties``, ``items`` or any keyword that descends
-    into a part of the value is a recursive schema, and fine: each step reaches deeper into a
-    finite argument. A schema with an ``$id`` below its root is not checked (as
-    :func:`unresolved_refs`).
+    tool would fail (and where the limit strikes inside a key comparison of ``rpds``, under
+    jsonschema's references, it panics: pyo3's ``PanicException``, not a ``RecursionError``).
+    JSON Schema leaves such a schema's behaviour undefined; a registry refuses it when it
+    loads. A cycle through ``properties``, ``items`` or any keyword that descends into a part
+    of the value is a recursive schema, and fine: each step reaches deeper into a finite
+    argument. References are resolved against the ``$id`` of the resource they are in, as
+    jsonschema resolves them; ``$dynamicRef`` is not followed.
     """
-    places = {pointer: where for pointer, where, _ in _located(schema)}
-    located = {pointer: node for pointer, _, node in _located(schema)}
-    if any("$id" in node for pointer, node in located.items() if pointer):
-        return []
-    anchors = {
-        node["$anchor"]: pointer
-        for pointer, node in located.items()
-        if isinstance(node.get("$anchor"), str)
-    }
+    every = list(_located(schema))
+    located = {found.pointer: found for found in every}
+    roots: dict[str, str] = {}
+    anchors: dict[tuple[str, str], str] = {}
+    for found in every:
+        roots.setdefault(found.resource, found.pointer)  # pre-order: a resource's root first
+        anchor = found.node.get("$anchor")
+        if isinstance(anchor, str):
+            anchors[(found.resource, anchor)] = found.pointer
     edges: dict[str, list[str]] = {}
-    for pointer, node in located.items():
-        targets = list(_in_place_edges(pointer, node))
-        ref = node.get("$ref")
+    for found in every:
+        targets = list(_in_place_edges(found.pointer, found.node))
+        ref = found.node.get("$ref")
         if isinstance(ref, str):
-            target = _ref_target(ref, anchors)
+            target = _ref_target(ref, found, roots, anchors)
             if target is not None and target in located:
                 targets.append(target)
-        edges[pointer] = targets
+        edges[found.pointer] = targets
     state: dict[str, int] = {}  # 1: on the current path, 2: done
-    found: list[str] = []
+    cycles: list[str] = []
     for start in located:
         if state.get(start):
             continue
@@ -288,12 +315,12 @@ def ref_cycles(schema: Any) -> list[str]:
             elif state.get(step) == 1:  # a cycle: from ``step`` on the path back to it
                 path = [p for p, _ in stack]
                 cycle = path[path.index(step) :]
-                via = next(p for p in cycle if isinstance(located[p].get("$ref"), str))
-                found.append(f"{places[via]}.$ref {located[via]['$ref']!r}")
+                via = next(p for p in cycle if isinstance(located[p].node.get("$ref"), str))
+                cycles.append(f"{located[via].where}.$ref {located[via].node['$ref']!r}")
             elif not state.get(step):
                 state[step] = 1
                 stack.append((step, iter(edges[step])))
-    return found
+    return cycles
 
 
 def unresolved_refs(validator: Any) -> list[str]:
@@ -314,7 +341,10 @@ def unresolved_refs(validator: Any) -> list[str]:
         if isinstance(ref, str):
             try:
                 next(validator.evolve(schema={"$ref": ref}).iter_errors(None), None)
-            except Exception as exc:  # referencing's Unresolvable, as jsonschema wraps it
+            except PROCESS_EXCEPTIONS:
+                raise
+            except BaseException as exc:  # referencing's Unresolvable, as jsonschema wraps it
+                # (or a PanicException of rpds: see ref_cycles)
                 unresolved.append(f"{where}.$ref {ref!r} ({type(exc).__name__})")
     return unresolved
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from processor.core.errors import PROCESS_EXCEPTIONS
 from processor.core.registry import ToolDeclaration, ValidationContext
 from processor.core.states import TerminalReason
 
@@ -67,7 +68,9 @@ def validate_call(
             ]
         except RecursionError:  # a recursive schema, an argument nested past what the stack allows
             problems = ["$: nested deeper than the recursion limit lets validation go"]
-        except Exception as exc:  # a validator's or format checker's bug fails the call closed
+        except PROCESS_EXCEPTIONS:
+            raise
+        except BaseException as exc:  # a validator's, format checker's or extension's failure
             problems = [f"$: validator raised {type(exc).__name__}"]
     if problems:
         return Rejected(TerminalReason.SCHEMA_INVALID, "ok", _summary("schema", problems))
@@ -77,7 +80,9 @@ def validate_call(
         assert isinstance(ctx, ValidationContext)
         try:
             found = [f"{path}: {p}" for p in check(parsed, ctx)]
-        except Exception as exc:  # a validator's bug must fail the call, not the worker
+        except PROCESS_EXCEPTIONS:
+            raise
+        except BaseException as exc:  # a validator's bug must fail the call, not the worker
             found = [f"{path}: raised {type(exc).__name__}"]
         if found:
             return Rejected(TerminalReason.BUSINESS_INVALID, "ok", _summary("business", found))

@@ -75,6 +75,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler, RecordSource
+from processor.core.errors import PROCESS_EXCEPTIONS
 from processor.core.events import (
     CONTROL_TYPES,
     FRAGMENT_TYPES,
@@ -100,6 +101,12 @@ from processor.runtime.restore import RestoreGap, RestoreResult, restore_partiti
 from processor.runtime.store import RocksStore, StateStore
 from processor.runtime.transaction import CommitPlan
 from processor.settings import Settings
+
+# raised while a record is handled, yet not the record's doing: these pass through
+_NOT_A_RECORDS: Final[tuple[type[BaseException], ...]] = (
+    *PROCESS_EXCEPTIONS,
+    asyncio.CancelledError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -444,7 +451,9 @@ class PartitionTask:
                 record_time=written,
                 barrier=barrier if role == "fragments" else None,
             )
-        except Exception as exc:  # a core bug must not stop the partition
+        except _NOT_A_RECORDS:
+            raise
+        except BaseException as exc:  # a core bug (or an extension's panic) must not stop it
             # no traceback: an exception message from the core could quote argument text
             log.error(
                 "assembler failed on a record; dead-lettered",

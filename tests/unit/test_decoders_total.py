@@ -13,6 +13,7 @@ import contextlib
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka.structs import ConsumerRecord
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ from processor.commands_offline import output_line, replay
 from processor.core.assembler import Assembler
 from processor.core.errors import RecordRejected
 from processor.core.events import (
+    DeadLetter,
     ResponseQuarantined,
     ResponseStatus,
     TenantResumed,
@@ -286,3 +288,34 @@ def test_every_hostile_value_in_every_field_of_every_record_type() -> None:
             with contextlib.suppress(RecordRejected):
                 decode_input(orjson.dumps(without))
     assembler.drain_changes()
+
+
+class _Panic(BaseException):
+    """Stands for pyo3's PanicException (a Rust extension's panic), a BaseException."""
+
+
+@pytest.mark.parametrize("raised", [_Panic("rpds"), KeyError("k")])
+def test_a_core_failure_on_one_record_dead_letters_it_even_a_panic(
+    raised: BaseException, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record whose handling raises is dead-lettered (``internal_error``) and the partition
+    goes on. A panic of a Rust extension (pyo3's PanicException derives from BaseException)
+    went through ``except Exception`` and stopped the worker, then every worker that read the
+    record after it. KeyboardInterrupt and SystemExit still pass."""
+    payload = encode(Call().start())
+    [partition] = [p for p in range(6) if misrouted(orjson.loads(payload), p, 6) is None]
+    task = PartitionTask(partition, Settings(), lambda: Assembler(registry()))
+    task.input_partitions = 6
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise raised
+
+    monkeypatch.setattr(task.assembler, "handle_parsed", fail)
+    record = ConsumerRecord(task.topics.fragments, partition, 7, 100_000, 1, b"k", payload, None,
+                            1, len(payload), [])  # fmt: skip
+    [dead] = task._handle(record, "fragments", NOW, 5)
+    assert isinstance(dead, DeadLetter) and dead.reason == "internal_error"
+    assert dead.detail == f"internal error {type(raised).__name__}"
+    raised = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        task._handle(record, "fragments", NOW, 5)
