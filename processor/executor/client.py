@@ -49,7 +49,7 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 from pydantic import BaseModel
 
 from processor.core.authn import CommandVerifier
-from processor.core.errors import ConfigurationError, RecordRejected
+from processor.core.errors import PROCESS_EXCEPTIONS, ConfigurationError, RecordRejected
 from processor.core.events import CallKey, Dispatch, Status, UserState, encode, stable_id
 from processor.core.registry import Registry
 from processor.executor.barrier import BarrierTimeout, ControlBarrier
@@ -702,7 +702,10 @@ class ExecutorClient:
                 )
         except asyncio.CancelledError:
             outcome, reason, interrupted = ExecutionOutcome.UNKNOWN, "executor_stopped", True
-        except Exception as exc:  # a handler bug: the class name only, the message may hold args
+        except PROCESS_EXCEPTIONS:
+            raise
+        except BaseException as exc:  # a handler bug (or a panic of an extension it uses): the
+            # class name only, the message may hold arguments
             outcome, reason, detail = (
                 ExecutionOutcome.FAILED,
                 "handler_exception",

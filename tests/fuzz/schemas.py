@@ -65,25 +65,37 @@ _ATOMS = ["a", "b", "c", "x", "0", "1", "é", "😀", ".", "[a-c]", "[^a]", "[0-
           "-", "_", "[A-Z]", "\\-"]  # fmt: skip
 
 
-def _pattern_node(rng: random.Random, depth: int) -> str:
+def _pattern_node(rng: random.Random, depth: int, budget: list[int]) -> tuple[str, bool]:
+    """A pattern node, and whether it repeats anything (holds a quantifier or alternation).
+
+    A node that repeats something is never quantified again, and a pattern holds at most
+    ``budget[0]`` quantifiers: nested quantifiers (the harness hung on ``(?:(?:-?)+…)*``), or
+    many in a row, send the reference, Python's backtracking ``re``, into exponential or
+    high-polynomial time on a 64-character argument, which is what RE2 is there to avoid."""
     roll = rng.random()
     if depth > 2 or roll < 0.5:
-        node = rng.choice(_ATOMS)
+        node, repeats = rng.choice(_ATOMS), False
     elif roll < 0.75:
-        node = "".join(_pattern_node(rng, depth + 1) for _ in range(rng.randint(1, 3)))
+        parts = [_pattern_node(rng, depth + 1, budget) for _ in range(rng.randint(1, 3))]
+        node, repeats = "".join(p for p, _ in parts), any(r for _, r in parts)
     elif roll < 0.9:
-        node = "(" + "|".join(_pattern_node(rng, depth + 1) for _ in range(2)) + ")"
+        parts = [_pattern_node(rng, depth + 1, budget) for _ in range(2)]
+        node, repeats = "(" + "|".join(p for p, _ in parts) + ")", True
     else:
-        node = "(?:" + _pattern_node(rng, depth + 1) + ")"
+        inner, repeats = _pattern_node(rng, depth + 1, budget)
+        node = "(?:" + inner + ")"
+    if repeats or budget[0] <= 0:
+        return node, repeats
     quantifier = rng.choice(["", "", "", "*", "+", "?", "{2}", "{1,3}", "{0,}"])
+    budget[0] -= bool(quantifier)
     escaped = node in ("\\.", "\\-")
     if quantifier and not node.endswith((")", "]")) and len(node) > 1 and not escaped:
         node = "(?:" + node + ")"
-    return node + quantifier
+    return node + quantifier, bool(quantifier)
 
 
 def random_pattern(rng: random.Random) -> Pattern:
-    body = _pattern_node(rng, 0)
+    body, _ = _pattern_node(rng, 0, [2])
     start = rng.random() < 0.5
     end = rng.random() < 0.5
     head = "^" if start else ""

@@ -232,3 +232,37 @@ async def test_a_failed_take_is_retried_and_nothing_is_lost(
         await wait_results(rt.settings, 1)
     assert failures[0] == 1
     assert recorder.dispatch_ids == [dispatch.dispatch_id]
+
+
+class _Panic(BaseException):
+    """Stands for pyo3's PanicException (a Rust extension's panic), a BaseException."""
+
+
+async def test_a_handler_that_panics_fails_its_call_and_the_executor_goes_on(
+    runtime: Runtime,
+) -> None:
+    """A BaseException from a handler (a panic of a Rust extension it uses) went through the
+    executor's ``except Exception`` and stopped it; every member reading the dispatch after it
+    would stop too. It now fails that call (``handler_exception``) and runs the next."""
+    rt = runtime
+    ran: list[str] = []
+    handlers = Handlers()
+
+    @handlers.tool("get_weather")
+    async def weather(call: Call) -> Mapping[str, Any]:
+        ran.append(call.key.turn_id)
+        if call.key.turn_id == "panics":
+            raise _Panic("rust")
+        return {"ok": True}
+
+    for turn in ("panics", "fine"):
+        await rt.control(turn_started("acme", turn))
+    await write_dispatch(rt, make_dispatch("acme", "panics", "call_0"))
+    await write_dispatch(rt, make_dispatch("acme", "fine", "call_0"))
+    async with running(Executor(rt.settings, handlers, group=group_of(rt))):
+        got = await wait_results(rt.settings, 2)
+    by_turn = {r.key.turn_id: r for r in got}
+    assert sorted(ran) == ["fine", "panics"]
+    assert by_turn["panics"].outcome.value == "failed"
+    assert (by_turn["panics"].reason, by_turn["panics"].detail) == ("handler_exception", "_Panic")
+    assert by_turn["fine"].outcome.value == "succeeded"
