@@ -200,6 +200,32 @@ def check_schema_patterns(schema: Any) -> None:
         )
 
 
+@functools.lru_cache(maxsize=1)
+def meta_format_checker() -> Any:
+    """The format checks of Draft 2020-12's meta-schema, with ``regex`` meaning "RE2 runs it".
+
+    ``check_schema`` would check a schema's patterns (the meta-schema's ``regex`` format) by
+    compiling them with Python's ``re``, which refuses what RE2 and ECMA-262 accept (``\\p{L}``,
+    a Unicode letter) and accepts what RE2 cannot run (those get their own message from
+    :func:`check_schema_patterns`, which runs first).
+    """
+    jsonschema = jsonschema_module()
+    own = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    checker = jsonschema.FormatChecker(())
+    checker.checkers = {**own.checkers, "regex": (_runs_on_re2, ())}
+    return checker
+
+
+def _runs_on_re2(instance: object) -> bool:
+    if not isinstance(instance, str):
+        return True
+    try:
+        compile_pattern(instance)
+    except PatternError:
+        return False
+    return True
+
+
 # Keywords that apply a subschema to the same instance (not to a part of it): a ``$ref`` cycle
 # through these alone never reaches the end of the argument.
 _IN_PLACE_ONE: Final = ("not", "if", "then", "else")
@@ -240,32 +266,6 @@ def _ref_target(
     if fragment.startswith("/"):
         return root + unquote(fragment)
     return anchors.get((uri, fragment))
-
-
-@functools.lru_cache(maxsize=1)
-def meta_format_checker() -> Any:
-    """The format checks of Draft 2020-12's meta-schema, with ``regex`` meaning "RE2 runs it".
-
-    ``check_schema`` would check a schema's patterns (the meta-schema's ``regex`` format) by
-    compiling them with Python's ``re``, which refuses what RE2 and ECMA-262 accept (``\\p{L}``,
-    a Unicode letter) and accepts what RE2 cannot run (those get their own message from
-    :func:`check_schema_patterns`, which runs first).
-    """
-    jsonschema = jsonschema_module()
-    own = jsonschema.Draft202012Validator.FORMAT_CHECKER
-    checker = jsonschema.FormatChecker(())
-    checker.checkers = {**own.checkers, "regex": (_runs_on_re2, ())}
-    return checker
-
-
-def _runs_on_re2(instance: object) -> bool:
-    if not isinstance(instance, str):
-        return True
-    try:
-        compile_pattern(instance)
-    except PatternError:
-        return False
-    return True
 
 
 def ref_cycles(schema: Any) -> list[str]:

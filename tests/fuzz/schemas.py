@@ -7,7 +7,8 @@ Draft 2020-12 with the keywords whose cost an argument sets replaced), after a c
 this target writes the schemas: a random Draft 2020-12 schema (nested keywords of every family,
 ``$ref`` into ``$defs``, boolean schemas, patterns, formats) and random arguments, half of them
 built to satisfy it and then perhaps mutated. The reference is jsonschema's own
-``Draft202012Validator`` with the format checks of its own libraries.
+``Draft202012Validator`` with the format checks of its own libraries, and ``uniqueItems``
+compared pair by pair (:func:`reference_class`: jsonschema's own misses duplicates).
 
 An escape is any of:
 
@@ -30,6 +31,7 @@ differ from ``rfc3987_syntax`` where it departs from RFC 3987 (tests/unit/test_f
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -428,6 +430,31 @@ def _reference_format_checker() -> Any:
 _REFERENCE_CHECKER: list[Any] = []
 
 
+@functools.cache
+def reference_class() -> Any:
+    """jsonschema's Draft 2020-12 validator with ``uniqueItems`` compared pair by pair.
+
+    jsonschema's own ``uniqueItems`` (4.26) sorts the items first and compares neighbours, and
+    Python's order holds ``0`` and ``false`` equal where JSON's does not: in
+    ``[[0], [false], [0]]`` the two ``[0]`` never meet, and the array passes (this target found
+    it). The reference compares every pair with jsonschema's own JSON equality instead, the
+    meaning of the keyword; the registry hashes a canonical form and agrees with it."""
+    jsonschema = jsonschema_module()
+    from jsonschema import _utils
+
+    def unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
+        if not (unique and validator.is_type(instance, "array")):
+            return
+        for i, one in enumerate(instance):
+            if any(_utils.equal(one, two) for two in instance[i + 1 :]):
+                yield jsonschema.ValidationError(f"{instance!r} has non-unique elements")
+                return
+
+    return jsonschema.validators.extend(
+        jsonschema.Draft202012Validator, {"uniqueItems": unique_items}
+    )
+
+
 def _errors(validator: Any, value: Any) -> list[tuple[str, str]]:
     return sorted((str(e.json_path), str(e.validator)) for e in validator.iter_errors(value))
 
@@ -466,9 +493,7 @@ def schemas_case(rng: random.Random, stats: Any) -> None:
     except jsonschema.SchemaError:
         stats["schemas.generator_invalid"] += 1  # the generator's own slip: not a finding
         return
-    reference = jsonschema.Draft202012Validator(
-        reference_schema, format_checker=_REFERENCE_CHECKER[0]
-    )
+    reference = reference_class()(reference_schema, format_checker=_REFERENCE_CHECKER[0])
     try:
         registry = Registry.from_document({"tools": [{"name": "t", "parameters": schema}]})
     except RegistryError as exc:

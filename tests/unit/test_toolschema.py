@@ -34,6 +34,7 @@ from processor.core.policy import Limits
 from processor.core.registry import Registry, ValidationContext
 from processor.core.toolschema import matches, schema_patterns, tool_validator_class
 from processor.core.validation import Rejected, Validated, validate_call
+from tests.fuzz.schemas import reference_class
 from tests.unit.scenario import Call, Run, turn_started
 
 # Classic catastrophic-backtracking patterns, each with an argument it backtracks on:
@@ -337,13 +338,26 @@ KEYWORD_SCHEMAS: list[dict[str, Any]] = [
 @settings(max_examples=150, deadline=None)
 @given(schema=st.sampled_from(KEYWORD_SCHEMAS), instance=JSON_VALUES)
 def test_the_replaced_keywords_decide_as_jsonschema_does(schema: dict[str, Any], instance: Any) -> None:
-    theirs = jsonschema.Draft202012Validator(schema)
+    theirs = reference_class()(schema)  # jsonschema's, uniqueItems pair by pair (below)
     ours = tool_validator_class()(schema)
 
     def errors(validator: Any) -> list[tuple[str, str]]:
         return sorted((e.json_path, e.validator) for e in validator.iter_errors(instance))
 
     assert errors(ours) == errors(theirs)
+
+
+def test_unique_items_finds_duplicates_that_jsonschema_misses() -> None:
+    """jsonschema 4.26 sorts the items and compares neighbours; Python's order holds ``0`` and
+    ``false`` equal, so in ``[[0], [false], [0]]`` the two ``[0]`` never meet and the array
+    passed. Found by the schemas fuzz target (seed 20261207, case 62636). The registry hashes
+    a canonical form and finds them; the reference of the comparisons above is pair by pair."""
+    schema = {"type": "object", "properties": {"u": {"uniqueItems": True}}}
+    for items in ([[0], [False], [0]], [[0, "a"], [False, "a"], [0, "a"]], [[1.0], [True], [1]]):
+        assert jsonschema.Draft202012Validator(schema).is_valid({"u": items})  # its defect
+        assert isinstance(check(schema, {"u": items}), Rejected), items
+        assert not reference_class()(schema).is_valid({"u": items})
+    assert isinstance(check(schema, {"u": [[0], [False]]}), Validated)
 
 
 @pytest.mark.parametrize(
