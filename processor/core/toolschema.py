@@ -328,24 +328,23 @@ def unresolved_refs(validator: Any) -> list[str]:
 
     jsonschema resolves references when it meets them, so a tools file with a dangling or
     remote ``$ref`` (nothing is fetched) would load and then fail every call of the tool. Each
-    ``$ref`` is looked up from the root, so a schema with an ``$id`` below its root (a base
-    URI of its own for the references inside) is not checked here: those fail their calls
-    closed at validation instead.
+    ``$ref`` is made absolute against the ``$id`` of the resource it is in (as jsonschema does
+    when it meets it) and looked up from the root. Run after :func:`ref_cycles`: the lookup
+    validates ``null`` against the target.
     """
-    nodes = list(_subschemas(validator.schema))
-    if any("$id" in node for where, node in nodes if where != "$"):
-        return []
     unresolved = []
-    for where, node in nodes:
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            try:
-                next(validator.evolve(schema={"$ref": ref}).iter_errors(None), None)
-            except PROCESS_EXCEPTIONS:
-                raise
-            except BaseException as exc:  # referencing's Unresolvable, as jsonschema wraps it
-                # (or a PanicException of rpds: see ref_cycles)
-                unresolved.append(f"{where}.$ref {ref!r} ({type(exc).__name__})")
+    for found in _located(validator.schema):
+        ref = found.node.get("$ref")
+        if not isinstance(ref, str):
+            continue
+        absolute = found.resource + ref if ref.startswith("#") else urljoin(found.resource, ref)
+        try:
+            next(validator.evolve(schema={"$ref": absolute}).iter_errors(None), None)
+        except PROCESS_EXCEPTIONS:
+            raise
+        except BaseException as exc:  # referencing's Unresolvable, as jsonschema wraps it
+            # (or a PanicException of rpds: see ref_cycles)
+            unresolved.append(f"{found.where}.$ref {ref!r} ({type(exc).__name__})")
     return unresolved
 
 

@@ -419,6 +419,28 @@ def test_a_ref_that_resolves_nowhere_is_refused_at_load(ref: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("schema", "place"),
+    [
+        ({"properties": {"x": {"$id": "urn:w", "$ref": "#/$defs/missing"}}}, "$.properties['x']"),
+        ({"$id": "https://tools.test/a/t.json",
+          "properties": {"x": {"$id": "sub/x.json", "properties": {"y": {"$ref": "nothere.json"}}}}},
+         "$.properties['x'].properties['y']"),
+    ],
+)  # fmt: skip
+def test_a_dangling_ref_below_an_id_is_refused_at_load(schema: dict[str, Any], place: str) -> None:
+    """Below an ``$id`` the check was skipped (the references resolve against it), so such a
+    tool loaded and failed every call. Each reference is now made absolute first."""
+    with pytest.raises(RegistryError, match=re.escape(f"resolves nowhere: {place}.$ref")):
+        Registry.from_document(tool({"type": "object", **schema}))
+    relative = {"$id": "https://tools.test/a/t.json", "type": "object",
+                "properties": {"x": {"$id": "sub/x.json", "$defs": {"s": {"type": "string"}},
+                                     "properties": {"y": {"$ref": "x.json#/$defs/s"},
+                                                    "z": {"$ref": "../t.json#/properties/x"}}}}}  # fmt: skip
+    assert isinstance(check(relative, {"x": {"y": "a", "z": {}}}), Validated)
+    assert isinstance(check(relative, {"x": {"y": 1}}), Rejected)
+
+
+@pytest.mark.parametrize(
     "schema",
     [
         {"$defs": {"s": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/s"}}},
