@@ -134,6 +134,7 @@ _LEAVES: list[Any] = [0, 1, -1, 2, 1.0, 0.5, -0.0, 1e308, MAX_SAFE, -MAX_SAFE, 3
 class Budget:
     nodes: int = 40
     refs: bool = False  # the schema has $defs to refer to
+    ref_forms: tuple[str, ...] = ("#/$defs/d0", "#/$defs/d1", "#A0")  # how a $ref names them
     unevaluated_properties: bool = False  # patternProperties may not be written
 
 
@@ -143,7 +144,7 @@ def random_schema(rng: random.Random, depth: int, budget: Budget) -> Any:
     if budget.nodes <= 0 or depth > 3 or rng.random() < 0.15:
         return rng.choice([True, True, False, {}, {"type": rng.choice(_TYPES)}])
     if budget.refs and rng.random() < 0.08:
-        return {"$ref": f"#/$defs/{rng.choice(['d0', 'd1'])}"}
+        return {"$ref": rng.choice(budget.ref_forms)}
     schema: dict[str, Any] = {}
     for _ in range(rng.randint(1, 3)):
         rng.choice(_KEYWORD_FAMILIES)(rng, schema, depth, budget)
@@ -265,9 +266,17 @@ def random_tool_schema(rng: random.Random) -> Any:
     """A tool's ``parameters``: an object schema, perhaps with ``$defs`` that others refer to."""
     budget = Budget(nodes=rng.randint(5, 40), unevaluated_properties=rng.random() < 0.15)
     defs = None
+    ids = False
     if rng.random() < 0.3:
         budget.refs = True
+        ids = rng.random() < 0.4  # d1 a resource of its own (an $id), every $ref absolute
+        if ids:
+            budget.ref_forms = ("urn:root#/$defs/d0", "urn:root#A0", "urn:d1", "urn:root#/$defs/d1")
         defs = {name: random_schema(rng, 2, budget) for name in ("d0", "d1")}
+        defs = {name: d if isinstance(d, dict) else {"allOf": [d]} for name, d in defs.items()}
+        defs["d0"]["$anchor"] = "A0"
+        if ids:
+            defs["d1"]["$id"] = "urn:d1"
     schema: dict[str, Any] = {"type": "object"}
     for _ in range(rng.randint(1, 4)):
         rng.choice([_object, _object, _object, _combinator, _value_keyword])(rng, schema, 0, budget)
@@ -285,6 +294,8 @@ def random_tool_schema(rng: random.Random) -> Any:
         schema["unevaluatedProperties"] = rng.choice([False, {"type": "integer"}])
     if defs is not None:
         schema["$defs"] = defs
+    if ids:
+        schema["$id"] = "urn:root"
     return schema
 
 
@@ -306,8 +317,9 @@ def satisfying(rng: random.Random, schema: Any, defs: dict[str, Any], depth: int
     """A value that tries to satisfy ``schema`` (often does; the oracle does not rely on it)."""
     if schema is True or schema == {} or not isinstance(schema, dict) or depth > 6:
         return random_value(rng, 2)
-    if "$ref" in schema:
-        return satisfying(rng, defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, depth + 1)
+    if "$ref" in schema:  # every form of a reference to d1 ends with "d1" (Budget.ref_forms)
+        target = defs.get("d1" if schema["$ref"].endswith("d1") else "d0", {})
+        return satisfying(rng, target, defs, depth + 1)
     if "const" in schema:
         return schema["const"]
     if "enum" in schema:
@@ -545,6 +557,8 @@ def schemas_case(rng: random.Random, stats: Any) -> None:
         if isinstance(verdict, Rejected) and verdict.reason is not TerminalReason.SCHEMA_INVALID:
             raise SchemaEscape(f"rejected as {verdict.reason}; schema {_brief(schema)}")
         stats["schemas.invalid" if expected else "schemas.valid"] += 1
+        if "$id" in schema:
+            stats["schemas.resources"] += 1
         if quick is not None and not expected and quick(parsed):
             stats["schemas.shortcut"] += 1
 
