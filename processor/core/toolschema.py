@@ -279,17 +279,22 @@ def ref_cycles(schema: Any) -> list[str]:
     loads. A cycle through ``properties``, ``items`` or any keyword that descends into a part
     of the value is a recursive schema, and fine: each step reaches deeper into a finite
     argument. References are resolved against the ``$id`` of the resource they are in, as
-    jsonschema resolves them; ``$dynamicRef`` is not followed.
+    jsonschema resolves them; a ``$dynamicRef`` may lead to any ``$dynamicAnchor`` of its name
+    (the dynamic scope picks one), so a cycle through any of them counts.
     """
     every = list(_located(schema))
     located = {found.pointer: found for found in every}
     roots: dict[str, str] = {}
     anchors: dict[tuple[str, str], str] = {}
+    dynamic: dict[str, list[str]] = {}  # $dynamicAnchor name -> every node that has it
     for found in every:
         roots.setdefault(found.resource, found.pointer)  # pre-order: a resource's root first
-        anchor = found.node.get("$anchor")
-        if isinstance(anchor, str):
-            anchors[(found.resource, anchor)] = found.pointer
+        for keyword in ("$anchor", "$dynamicAnchor"):
+            anchor = found.node.get(keyword)
+            if isinstance(anchor, str):
+                anchors[(found.resource, anchor)] = found.pointer
+                if keyword == "$dynamicAnchor":
+                    dynamic.setdefault(anchor, []).append(found.pointer)
     edges: dict[str, list[str]] = {}
     for found in every:
         targets = list(_in_place_edges(found.pointer, found.node))
@@ -298,6 +303,12 @@ def ref_cycles(schema: Any) -> list[str]:
             target = _ref_target(ref, found, roots, anchors)
             if target is not None and target in located:
                 targets.append(target)
+        ref = found.node.get("$dynamicRef")
+        if isinstance(ref, str):  # whichever anchor of that name the dynamic scope picks
+            target = _ref_target(ref, found, roots, anchors)
+            targets += [t for t in [target] if t is not None and t in located]
+            if ref.startswith("#"):
+                targets += dynamic.get(ref[1:], [])
         edges[found.pointer] = targets
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles: list[str] = []
@@ -315,8 +326,13 @@ def ref_cycles(schema: Any) -> list[str]:
             elif state.get(step) == 1:  # a cycle: from ``step`` on the path back to it
                 path = [p for p, _ in stack]
                 cycle = path[path.index(step) :]
-                via = next(p for p in cycle if isinstance(located[p].node.get("$ref"), str))
-                cycles.append(f"{located[via].where}.$ref {located[via].node['$ref']!r}")
+                via, keyword = next(
+                    (p, k)
+                    for p in cycle
+                    for k in ("$ref", "$dynamicRef")
+                    if isinstance(located[p].node.get(k), str)
+                )
+                cycles.append(f"{located[via].where}.{keyword} {located[via].node[keyword]!r}")
             elif not state.get(step):
                 state[step] = 1
                 stack.append((step, iter(edges[step])))

@@ -479,6 +479,8 @@ ENDLESS: list[tuple[dict[str, Any], str]] = [
     ({"$id": "https://tools.test/t.json",
       "properties": {"x": {"$id": "x.json", "anyOf": [{"$ref": "https://tools.test/x.json"}]}}},
      r"\$\.properties\['x'\]\.anyOf\[0\]\.\$ref"),
+    ({"$defs": {"n": {"$dynamicAnchor": "node", "anyOf": [{"$dynamicRef": "#node"}]}},
+      "properties": {"x": {"$ref": "#/$defs/n"}}}, r"\.anyOf\[0\]\.\$dynamicRef '#node'"),
 ]  # fmt: skip
 
 
@@ -554,6 +556,7 @@ def test_a_validator_that_panics_fails_the_call_closed() -> None:
         {"$defs": {"n": {"oneOf": [{"type": "null"}, {"prefixItems": [{"$ref": "#/$defs/n"}]}]}},
          "properties": {"p": {"$ref": "#/$defs/n"}}},
         {"properties": {"c": {"contains": {"$ref": "#/properties/c"}}}},
+        {"$dynamicAnchor": "node", "properties": {"next": {"$dynamicRef": "#node"}}},
     ],
 )  # fmt: skip
 def test_recursive_schemas_that_descend_still_load(schema: dict[str, Any]) -> None:
