@@ -598,13 +598,6 @@ def test_a_valid_argument_at_the_depth_limit_validates_in_the_worker_and_replay(
         assert allow_deep_validation() == limit  # never lowered, idempotent
         after = validate_call(text, declaration, None)
         assert isinstance(after, Validated), after
-        print("ok")
+        print("done")
     """
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+    child(code)
