@@ -130,8 +130,8 @@ def _replay_command(args: argparse.Namespace) -> int:
     from processor.recursion import allow_deep_validation  # noqa: PLC0415
     from processor.toolsfile import load_registry  # noqa: PLC0415
 
+    allow_deep_validation()  # also for the checks of a deep schema at load
     registry = load_registry(args.tools)  # a RegistryError is one line (the CLI's boundary)
-    allow_deep_validation()
     stream: IO[bytes] = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
     assembler = Assembler(registry, Limits())
     counts: dict[str, int] = {}

@@ -44,4 +44,8 @@ def load_registry(path: str | Path) -> Registry:
         doc = yaml.safe_load(text)  # YAML is a superset of JSON: both load here
     except yaml.YAMLError as exc:
         raise RegistryError(detail=f"{source}: not valid YAML/JSON: {exc}") from None
+    except RecursionError:
+        raise RegistryError(
+            detail=f"{source}: nested deeper than can be read within Python's recursion limit"
+        ) from None
     return Registry.from_document(doc, source=source, resolve_validator=resolve_validator)

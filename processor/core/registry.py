@@ -12,6 +12,7 @@ loader from dotted paths.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -110,6 +111,54 @@ class Resolution:
     alias_used: str | None
 
 
+MAX_SCHEMA_VALUES = 50_000
+"""The most JSON values one tool's ``parameters`` may hold, counted as written out in full.
+
+A YAML alias repeats what its anchor names without copying it, so ten lines of nested aliases
+make a schema of millions of values: every check at load walks each of them (the load of one
+such tools file ran for minutes), and so would every call's validation. 50,000 is ten times
+what a provider's strict mode accepts in a whole schema (OpenAI: 5,000 properties), and loads
+in a few seconds. A schema used in many places belongs under ``$defs``, named by ``$ref``."""
+
+MAX_DOCUMENT_VALUES = 500_000
+"""The most JSON values of every tool's ``parameters`` together, counted the same way."""
+
+
+class SelfContaining(ValueError):
+    """A value that contains itself (a YAML alias inside what its anchor names)."""
+
+
+def expanded_size(value: Any, limit: int) -> int:
+    """How many JSON values ``value`` holds written out in full (an object or array counts as
+    one, plus its members), or the first count past ``limit``. Linear in the distinct
+    containers: a container met again through another reference is counted from memory.
+    Raises :class:`SelfContaining` for a value that contains itself."""
+    sizes: dict[int, int] = {}
+    path: set[int] = set()
+
+    def size(node: Any) -> int:
+        if not isinstance(node, Mapping | list | tuple):
+            return 1
+        key = id(node)
+        known = sizes.get(key)
+        if known is not None:
+            return known
+        if key in path:
+            raise SelfContaining
+        path.add(key)
+        members = node.values() if isinstance(node, Mapping) else node
+        total = 1
+        for member in members:
+            total += size(member)
+            if total > limit:
+                break
+        path.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(value)
+
+
 _TOOL_KEYS = frozenset(
     {
         "name",
@@ -158,14 +207,60 @@ class Registry:
     ) -> Registry:
         if not isinstance(doc, Mapping) or not isinstance(doc.get("tools"), list):
             raise RegistryError(detail=f"{source}: expected a top-level 'tools' list")
-        tools = [
-            _declaration(entry, source, index, resolve_validator)
-            for index, entry in enumerate(doc["tools"])
-        ]
+        _check_sizes(doc["tools"], source)
+        tools = []
+        for index, entry in enumerate(doc["tools"]):
+            try:
+                tools.append(_declaration(entry, source, index, resolve_validator))
+            except RecursionError:  # jsonschema's checks recurse, a few frames a level
+                name = entry.get("name") if isinstance(entry, Mapping) else None
+                where = f"tool {name!r}" if isinstance(name, str) else f"tools[{index}]"
+                raise RegistryError(
+                    detail=f"{source}: {where}: 'parameters' is nested deeper than its checks "
+                    f"can walk within Python's recursion limit ({sys.getrecursionlimit():,})"
+                ) from None
         try:
             return cls(tools)
         except RegistryError as exc:
             raise RegistryError(detail=f"{source}: {exc.detail}") from None
+
+
+def _check_sizes(entries: list[Any], source: str) -> None:
+    """Refuse schemas too large when written out (see :data:`MAX_SCHEMA_VALUES`), before any
+    check walks them."""
+    total = 0
+    for index, entry in enumerate(entries):
+        parameters = entry.get("parameters") if isinstance(entry, Mapping) else None
+        if parameters is None:
+            continue
+        name = entry.get("name")
+        where = f"tool {name!r}" if isinstance(name, str) else f"tools[{index}]"
+        try:
+            size = expanded_size(parameters, MAX_SCHEMA_VALUES)
+        except SelfContaining:
+            raise RegistryError(
+                detail=f"{source}: {where}: 'parameters' contains itself (a YAML alias inside "
+                "what its anchor names); a recursive schema refers to itself with $ref"
+            ) from None
+        except RecursionError:
+            raise RegistryError(
+                detail=f"{source}: {where}: 'parameters' is nested deeper than its checks "
+                f"can walk within Python's recursion limit ({sys.getrecursionlimit():,})"
+            ) from None
+        if size > MAX_SCHEMA_VALUES:
+            raise RegistryError(
+                detail=f"{source}: {where}: 'parameters' holds more than "
+                f"{MAX_SCHEMA_VALUES:,} JSON values when written out in full (YAML aliases "
+                "repeat what they name; put a schema used in many places under $defs and "
+                "refer to it with $ref)"
+            )
+        total += size
+        if total > MAX_DOCUMENT_VALUES:
+            raise RegistryError(
+                detail=f"{source}: the tools' 'parameters' hold more than "
+                f"{MAX_DOCUMENT_VALUES:,} JSON values together when written out in full "
+                f"(reached at {where})"
+            )
 
 
 def _declaration(

@@ -126,9 +126,9 @@ def _worker_command(args: argparse.Namespace) -> int:
     from processor.runtime.worker import run_worker  # noqa: PLC0415  (heavy imports)
     from processor.toolsfile import load_registry  # noqa: PLC0415
 
+    allow_deep_validation()  # also for the checks of a deep schema at load
     registry = load_registry(settings.tools_file)
     verifier = _verifier(settings)
-    allow_deep_validation()
     return asyncio.run(run_worker(settings, registry, verifier))
 
 

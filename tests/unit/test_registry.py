@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import pytest
 
 from processor.core.errors import RegistryError
-from processor.core.registry import Registry, ValidationContext
+from processor.core.registry import Registry, ValidationContext, expanded_size
 from processor.core.validation import Rejected, Validated, validate_call
 from processor.toolsfile import load_registry
 
@@ -108,3 +110,64 @@ def test_schema_errors_do_not_quote_values() -> None:
     rejected = validate_call(b'{"n": "LEAK-ME"}', registry.tools[0], ctx)
     assert isinstance(rejected, Rejected)
     assert "LEAK-ME" not in rejected.validation_result and "$.n: type" in rejected.validation_result
+
+
+# -------------------------------------------------------------- tools files that never load
+
+LAUGHS = """\
+a: &a {type: object, properties: {x: {type: string}}}
+b: &b {allOf: [*a, *a, *a, *a, *a, *a, *a, *a, *a]}
+c: &c {allOf: [*b, *b, *b, *b, *b, *b, *b, *b, *b]}
+d: &d {allOf: [*c, *c, *c, *c, *c, *c, *c, *c, *c]}
+e: &e {allOf: [*d, *d, *d, *d, *d, *d, *d, *d, *d]}
+f: &f {allOf: [*e, *e, *e, *e, *e, *e, *e, *e, *e]}
+g: &g {allOf: [*f, *f, *f, *f, *f, *f, *f, *f, *f]}
+tools:
+  - name: boom
+    parameters: {type: object, properties: {p: *g}}
+"""
+
+
+def test_a_tools_file_of_nested_yaml_aliases_is_refused_at_once(tmp_path: Path) -> None:
+    """Ten lines of nested aliases make a schema of millions of values: the load ran for
+    minutes (over 60 s when it was stopped) walking them, and every call would have too. In a
+    child process with a time limit, so a regression fails instead of hanging the suite."""
+    path = tmp_path / "tools.yaml"
+    path.write_text(LAUGHS)
+    code = (
+        "import sys\nfrom processor.core.errors import RegistryError\n"
+        "from processor.toolsfile import load_registry\n"
+        f"try:\n    load_registry({str(path)!r})\nexcept RegistryError as exc:\n"
+        "    print(exc.detail)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "tool 'boom': 'parameters' holds more than 50,000 JSON values" in result.stdout
+    assert "$defs" in result.stdout  # says what to do instead
+
+
+def test_a_yaml_alias_inside_itself_and_a_schema_too_deep_are_refused_clearly(
+    tmp_path: Path,
+) -> None:
+    """Each was an internal error (RecursionError, "please report it") out of the CLI."""
+    path = tmp_path / "tools.yaml"
+    path.write_text(
+        "a: &a {type: object, properties: {x: *a}}\ntools: [{name: t, parameters: *a}]\n"
+    )
+    with pytest.raises(RegistryError, match="'parameters' contains itself"):
+        load_registry(path)
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(400):
+        deep = {"type": "object", "properties": {"a": deep}}
+    with pytest.raises(RegistryError, match="nested deeper than its checks can walk"):
+        Registry.from_document({"tools": [{"name": "t", "parameters": deep}]})
+
+
+def test_expanded_size_counts_what_aliases_repeat() -> None:
+    shared = {"type": "string"}
+    assert expanded_size({"a": shared, "b": shared}, 100) == 5
+    assert expanded_size([shared] * 10, 100) == 21
+    assert expanded_size([[shared] * 10] * 10, 50) > 50  # stops past the limit
+    assert expanded_size("x", 1) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,25 @@ def test_a_recursive_schema_validates_an_argument_at_the_depth_limit(tmp_path: P
     )
     out = [orjson.loads(line) for line in result.stdout.splitlines()]
     assert [o["tool"] for o in out if o["kind"] == "dispatch"] == ["tree"], out
+
+
+def test_a_deep_schema_loads_in_replay(tmp_path: Path) -> None:
+    """jsonschema's check of a schema at load takes about seven frames for each level: a schema
+    150 properties deep passed CPython's default limit, and ``replay`` stopped with an internal
+    error. It raises the limit before it loads the tools (as the worker does)."""
+    schema: dict[str, object] = {"type": "object"}
+    for _ in range(150):
+        schema = {"type": "object", "properties": {"a": schema}}
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps({"tools": [{"name": "deep", "parameters": schema}]}))
+    events = [turn_started(), *Call().stream('{"a": {"a": {}}}', 2, tool="deep")]
+    result = subprocess.run(
+        [sys.executable, "-m", "processor.cli", "replay", "--tools", str(tools), "-"],
+        input=b"\n".join(encode(e) for e in events) + b"\n",
+        capture_output=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    out = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert [o["tool"] for o in out if o["kind"] == "dispatch"] == ["deep"]
