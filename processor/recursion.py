@@ -1,4 +1,4 @@
-"""The interpreter's recursion limit in this package's own processes (the worker, ``replay``).
+"""The interpreter's recursion limit in this package's own processes (worker, executor, replay).
 
 jsonschema validates by recursion, a few Python frames for each keyword on the way down. A
 recursive tool schema (a tree of nodes through ``$ref``) validating an argument nested to the
@@ -11,8 +11,9 @@ stack (``RLIMIT_STACK``) would not hold that many. On CPython 3.11 with an 8 MiB
 jsonschema's frames ran out of stack (a segmentation fault, not a ``RecursionError``) between
 20,700 and 26,000 frames, about 360 bytes each; the limit allows one frame per
 :data:`STACK_BYTES_PER_FRAME` bytes, more than twice that. The worker and ``replay`` call it at
-start; an application embedding the core decides for its own process (and threads, whose stacks
-may be smaller).
+start, before they load the tools (jsonschema's check of a schema at load recurses too, about
+seven frames a level), and so does the executor; an application embedding the core decides for
+its own process (and threads, whose stacks may be smaller).
 """
 
 from __future__ import annotations

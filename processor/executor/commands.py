@@ -91,8 +91,10 @@ def _run_command(args: argparse.Namespace) -> int:
     verifier = _verifier(settings, allow_unsigned=args.allow_unsigned_operators)
     registry = None
     if settings.tools_file is not None:
+        from processor.recursion import allow_deep_validation  # noqa: PLC0415
         from processor.toolsfile import load_registry  # noqa: PLC0415
 
+        allow_deep_validation()  # the tools load as in the worker, deep schemas included
         registry = load_registry(settings.tools_file)
     client = ExecutorClient(
         settings,
