@@ -28,6 +28,8 @@ Targets and what counts as an escape:
                  its response completed.
 ``schemas``      random tool schemas and arguments through the registry's validation, against
                  jsonschema's own validator (:mod:`tests.fuzz.schemas` says what escapes).
+``toolsfile``    hostile tools files through the loader: a RegistryError or a registry, nothing
+                 else (:mod:`tests.fuzz.toolsfile`).
 ``eventstream``  the recorded Bedrock body with corrupted lengths, CRCs, bytes, truncations and
                  random chunkings: only AdapterError; without a recomputed CRC, every message
                  decoded is one of the original messages; an intact body decodes identically in
@@ -41,6 +43,7 @@ import itertools
 import json
 import math
 import random
+import signal
 import struct
 import time
 import zlib
@@ -78,7 +81,7 @@ from processor.core.events import (
 )
 from processor.core.jsonscan import JsonSyntaxScanner
 from processor.core.registry import Registry
-from tests.fuzz import schemas
+from tests.fuzz import schemas, toolsfile
 
 DATA = Path(__file__).resolve().parents[1] / "adapters" / "data"
 CTX = TurnContext(tenant="t1", turn_id="turn-1", actor="user-1", session="s1")
@@ -653,6 +656,13 @@ def schemas_case(rng: random.Random) -> None:
         raise Escape(str(exc)) from None
 
 
+def toolsfile_case(rng: random.Random) -> None:
+    try:
+        toolsfile.toolsfile_case(rng, STATS)
+    except toolsfile.ToolsfileEscape as exc:
+        raise Escape(str(exc)) from None
+
+
 TARGETS: dict[str, Callable[[random.Random], None]] = {
     "jsonscan": jsonscan_case,
     "adapters": adapters_case,
@@ -660,6 +670,7 @@ TARGETS: dict[str, Callable[[random.Random], None]] = {
     "eventstream": eventstream_case,
     "records": records_case,
     "schemas": schemas_case,
+    "toolsfile": toolsfile_case,
 }
 
 
@@ -676,6 +687,20 @@ def case_rng(seed: int, target: str, case: int) -> random.Random:
     return random.Random(f"{seed}:{target}:{case}")
 
 
+CASE_SECONDS = 60.0
+"""A case that runs longer is an escape: no input may hang what it attacks (a tools file of
+nested YAML aliases loaded for minutes). Long, since this machine is shared and noisy."""
+
+
+class CaseTimeout(KeyboardInterrupt):
+    """Raised by the alarm of a case past its time. A KeyboardInterrupt, so the product's guards
+    (which catch everything but what belongs to the process) let it through as they let ^C."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise CaseTimeout
+
+
 def run(
     target: str,
     seed: int,
@@ -683,24 +708,34 @@ def run(
     cases: int | None = None,
     seconds: float | None = None,
     first_case: int = 0,
+    case_seconds: float = CASE_SECONDS,
 ) -> Report:
     """Run ``cases`` cases, or as many as fit in ``seconds``; collect escapes (never stop)."""
     report = Report(target, seed)
     fn = TARGETS[target]
     start = time.monotonic()
     i = first_case
-    while True:
-        if cases is not None and report.cases >= cases:
-            break
-        if seconds is not None and time.monotonic() - start >= seconds:
-            break
-        try:
-            fn(case_rng(seed, target, i))
-        except Escape as exc:
-            report.escapes.append((i, str(exc)[:300]))
-        except Exception as exc:  # the harness itself, or code it did not wrap: report, go on
-            report.escapes.append((i, f"unexpected {type(exc).__name__}: {exc}"[:300]))
-        report.cases += 1
-        i += 1
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        while True:
+            if cases is not None and report.cases >= cases:
+                break
+            if seconds is not None and time.monotonic() - start >= seconds:
+                break
+            signal.setitimer(signal.ITIMER_REAL, case_seconds)
+            try:
+                fn(case_rng(seed, target, i))
+            except Escape as exc:
+                report.escapes.append((i, str(exc)[:300]))
+            except CaseTimeout:
+                report.escapes.append((i, f"the case ran past {case_seconds:.0f} s"))
+            except Exception as exc:  # the harness itself, or code it did not wrap: report, go on
+                report.escapes.append((i, f"unexpected {type(exc).__name__}: {exc}"[:300]))
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            report.cases += 1
+            i += 1
+    finally:
+        signal.signal(signal.SIGALRM, previous)
     report.seconds = time.monotonic() - start
     return report

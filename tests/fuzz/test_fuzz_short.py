@@ -13,7 +13,7 @@ from tests.fuzz.targets import STATS, run
 
 SEED = 20261203
 CASES = {"jsonscan": 4000, "adapters": 600, "garbage": 3000, "eventstream": 600, "records": 500,
-         "schemas": 500}  # fmt: skip
+         "schemas": 500, "toolsfile": 150}  # fmt: skip
 
 
 @pytest.mark.parametrize("target", sorted(CASES))
@@ -31,6 +31,8 @@ def test_no_escapes(target: str) -> None:
     if target == "schemas":
         assert STATS["schemas.valid"] > 200 and STATS["schemas.invalid"] > 200, STATS
         assert STATS["schemas.shortcut"] > 20, STATS
+    if target == "toolsfile":
+        assert STATS["toolsfile.refused"] > 50 and STATS["toolsfile.loaded"] > 10, STATS
     if target == "eventstream":
         assert STATS["eventstream.decoded"] > 40 and STATS["eventstream.refused"] > 50, STATS
 
