@@ -80,21 +80,10 @@ def test_a_recursive_schema_validates_an_argument_at_the_depth_limit(tmp_path: P
     for _ in range(8):
         inner = {"allOf": [inner]}
     schema = {"type": "object", "$defs": {"n": inner}, "$ref": "#/$defs/n"}
-    tools = tmp_path / "tools.json"
-    tools.write_bytes(orjson.dumps({"tools": [{"name": "tree", "parameters": schema}]}))
     value: dict[str, object] = {}
     for _ in range(62):
         value = {"a": value}
-    events = [turn_started(), *Call().stream(orjson.dumps(value).decode(), 7, tool="tree")]
-    result = subprocess.run(
-        [sys.executable, "-m", "processor.cli", "replay", "--tools", str(tools), "-"],
-        input=b"\n".join(encode(e) for e in events) + b"\n",
-        capture_output=True,
-        check=True,
-        cwd=ROOT,
-    )
-    out = [orjson.loads(line) for line in result.stdout.splitlines()]
-    assert [o["tool"] for o in out if o["kind"] == "dispatch"] == ["tree"], out
+    assert dispatched_tools(tmp_path, "tree", schema, orjson.dumps(value).decode()) == ["tree"]
 
 
 def test_a_deep_schema_loads_in_replay(tmp_path: Path) -> None:
@@ -104,9 +93,15 @@ def test_a_deep_schema_loads_in_replay(tmp_path: Path) -> None:
     schema: dict[str, object] = {"type": "object"}
     for _ in range(150):
         schema = {"type": "object", "properties": {"a": schema}}
-    tools = tmp_path / "tools.json"
-    tools.write_text(json.dumps({"tools": [{"name": "deep", "parameters": schema}]}))
-    events = [turn_started(), *Call().stream('{"a": {"a": {}}}', 2, tool="deep")]
+    assert dispatched_tools(tmp_path, "deep", schema, '{"a": {"a": {}}}') == ["deep"]
+
+
+def dispatched_tools(folder: Path, name: str, schema: dict[str, object], text: str) -> list[str]:
+    """``replay`` of one call of a tool ``name`` with ``schema`` (a tools file written with the
+    standard library's JSON writer, which takes deep nesting): the tools it dispatched."""
+    tools = folder / "tools.json"
+    tools.write_text(json.dumps({"tools": [{"name": name, "parameters": schema}]}))
+    events = [turn_started(), *Call().stream(text, 7, tool=name)]
     result = subprocess.run(
         [sys.executable, "-m", "processor.cli", "replay", "--tools", str(tools), "-"],
         input=b"\n".join(encode(e) for e in events) + b"\n",
@@ -115,5 +110,6 @@ def test_a_deep_schema_loads_in_replay(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
-    out = [orjson.loads(line) for line in result.stdout.splitlines()]
-    assert [o["tool"] for o in out if o["kind"] == "dispatch"] == ["deep"]
+    return [
+        o["tool"] for o in map(orjson.loads, result.stdout.splitlines()) if o["kind"] == "dispatch"
+    ]
