@@ -166,7 +166,10 @@ def toolsfile_case(rng: random.Random, stats: Any) -> None:
     stats["toolsfile.loaded"] += 1
     for tool in registry.tools:
         value = schemas.satisfying(rng, tool.parameters, tool.parameters.get("$defs") or {})
-        text_value = orjson.dumps(value if isinstance(value, dict) else {"v": value})
+        try:
+            text_value = orjson.dumps(value if isinstance(value, dict) else {"v": value})
+        except TypeError:  # a const of the file with a lone surrogate: no argument holds one
+            continue
         try:
             validate_call(text_value, tool, _no_context)
         except BaseException as exc:
