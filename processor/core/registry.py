@@ -213,12 +213,7 @@ class Registry:
             try:
                 tools.append(_declaration(entry, source, index, resolve_validator))
             except RecursionError:  # jsonschema's checks recurse, a few frames a level
-                name = entry.get("name") if isinstance(entry, Mapping) else None
-                where = f"tool {name!r}" if isinstance(name, str) else f"tools[{index}]"
-                raise RegistryError(
-                    detail=f"{source}: {where}: 'parameters' is nested deeper than its checks "
-                    f"can walk within Python's recursion limit ({sys.getrecursionlimit():,})"
-                ) from None
+                raise _too_deep(source, _named(entry, index)) from None
         try:
             return cls(tools)
         except RegistryError as exc:
@@ -233,8 +228,7 @@ def _check_sizes(entries: list[Any], source: str) -> None:
         parameters = entry.get("parameters") if isinstance(entry, Mapping) else None
         if parameters is None:
             continue
-        name = entry.get("name")
-        where = f"tool {name!r}" if isinstance(name, str) else f"tools[{index}]"
+        where = _named(entry, index)
         try:
             size = expanded_size(parameters, MAX_SCHEMA_VALUES)
         except SelfContaining:
@@ -243,10 +237,7 @@ def _check_sizes(entries: list[Any], source: str) -> None:
                 "what its anchor names); a recursive schema refers to itself with $ref"
             ) from None
         except RecursionError:
-            raise RegistryError(
-                detail=f"{source}: {where}: 'parameters' is nested deeper than its checks "
-                f"can walk within Python's recursion limit ({sys.getrecursionlimit():,})"
-            ) from None
+            raise _too_deep(source, where) from None
         if size > MAX_SCHEMA_VALUES:
             raise RegistryError(
                 detail=f"{source}: {where}: 'parameters' holds more than "
@@ -263,13 +254,25 @@ def _check_sizes(entries: list[Any], source: str) -> None:
             )
 
 
+def _named(entry: Any, index: int) -> str:
+    name = entry.get("name") if isinstance(entry, Mapping) else None
+    return f"tool {name!r}" if isinstance(name, str) else f"tools[{index}]"
+
+
+def _too_deep(source: str, where: str) -> RegistryError:
+    return RegistryError(
+        detail=f"{source}: {where}: 'parameters' is nested deeper than its checks can walk "
+        f"within Python's recursion limit ({sys.getrecursionlimit():,})"
+    )
+
+
 def _declaration(
     entry: Any, source: str, index: int, resolve_validator: ValidatorResolver | None
 ) -> ToolDeclaration:
     if not isinstance(entry, Mapping):
         raise RegistryError(detail=f"{source}: tools[{index}] is not a mapping")
     name = entry.get("name")
-    where = f"{source}: tool {name!r}" if isinstance(name, str) else f"{source}: tools[{index}]"
+    where = f"{source}: {_named(entry, index)}"
     if not isinstance(name, str) or not name:
         raise RegistryError(detail=f"{where}: 'name' must be a non-empty string")
     unknown = set(entry) - _TOOL_KEYS
