@@ -6,6 +6,9 @@ The same inputs, Chat Completions style (argument deltas of 4-32 characters, see
   ``call.started``, the deltas, ``call.ended``; ``response.ended`` completed; one dispatch per
   call: scanning, one strict parse, Draft 2020-12 schema, digest, dispatch/status/ledger records);
 * ``floor``: a dict of lists, one join and one ``orjson.loads`` per call at its end;
+* ``scan-floor``: the floor plus a byte bound and the project's JSON syntax scanner per delta and
+  one sha256 digest per call, and nothing else: not a peer but a bound, what any Python
+  accumulator that keeps each call's syntax state costs at least (``bounds`` in the result);
 * ``openai``: openai-python's ``ChatCompletionStreamState`` (``handle_chunk`` per chunk,
   ``get_final_completion`` at the end), without tools; ``openai-strict``: the same with strict
   pydantic tools (``openai.pydantic_function_tool``), which re-parse the arguments per delta with
@@ -36,6 +39,7 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import random
@@ -58,6 +62,7 @@ from processor.core.events import (
     ResponseStatus,
     TurnStarted,
 )
+from processor.core.jsonscan import JsonSyntaxScanner
 from processor.core.policy import Limits
 from processor.core.registry import Registry
 
@@ -349,6 +354,40 @@ def floor_run(
     return 1.0, done
 
 
+def scan_floor_run(
+    items: list[tuple[tuple[int, int], str | None, bool]], deadline: float
+) -> tuple[float, int]:
+    """The least a Python accumulator that keeps each call's JSON syntax state does: the floor,
+    plus a byte bound and the project's incremental scanner (``JsonSyntaxScanner``) per delta,
+    plus one sha256 digest per call. No events, states, validation or output records: what the
+    Assembler could cost if everything but scanning were free (the reason behind two targets)."""
+    parts: dict[tuple[int, int], list[str]] = {}
+    scanners: dict[tuple[int, int], JsonSyntaxScanner] = {}
+    sizes: dict[tuple[int, int], int] = {}
+    done = 0
+    total = len(items)
+    for i, (key, delta, last) in enumerate(items):
+        _check(i, total, deadline)
+        if delta is None:
+            parts[key], scanners[key], sizes[key] = [], JsonSyntaxScanner(), 0
+            continue
+        size = sizes[key] + len(delta)
+        if size > LIMITS.max_call_bytes:
+            raise AssertionError("no call of the workloads is over the bound")
+        sizes[key] = size
+        scanners[key].feed(delta)
+        parts[key].append(delta)
+        if last:
+            text = "".join(parts.pop(key))
+            if not scanners.pop(key).complete:
+                raise AssertionError("every call of the workloads is whole")
+            del sizes[key]
+            orjson.loads(text)
+            hashlib.sha256(text.encode()).hexdigest()
+            done += 1
+    return 1.0, done
+
+
 # --------------------------------------------------------------------------- re-parsers
 
 
@@ -542,6 +581,7 @@ def contestants() -> list[Contestant]:
     found = [
         Contestant("assembler", assembler_prepare, assembler_run, peer=False),
         Contestant("floor", strings_prepare, floor_run, peer=False),
+        Contestant("scan-floor", strings_prepare, scan_floor_run, peer=False),
     ]
     try:
         import openai  # noqa: F401, PLC0415
@@ -649,6 +689,7 @@ def measure(repeat: int, budget: float, small: bool) -> dict[str, Any]:
         "small": small,
         "rows": rows,
         "targets": verdicts(rows),
+        "bounds": bounds(rows),
     }
 
 
@@ -709,6 +750,38 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+BOUNDS = {
+    "scan_floor_vs_jiter": "jiter's time / the scan-floor's on {load} (> 1: an accumulator "
+    "that only scans could be ahead of jiter)",
+    "scan_floor_vs_floor": "the scan-floor's time / the floor's on {load} (<= 5: scanning "
+    "alone leaves room within 5x of the floor)",
+}
+
+
+def bounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the scan-floor says of the two core targets a Python core can miss: how far ahead
+    of jiter, and how near the floor, an accumulator could be if scanning were all it did."""
+    out: dict[str, Any] = {}
+    for load in dict.fromkeys(
+        r["workload"] for r in rows if r["calls"] > 1 or r["workload"] == "1KB"
+    ):
+        scan = _row(rows, load, "scan-floor")
+        jiter, floor = _row(rows, load, "jiter-partial"), _row(rows, load, "floor")
+        if scan is None:
+            continue
+        if jiter is not None and not jiter["stopped"]:
+            out[f"scan_floor_vs_jiter:{load}"] = {
+                "figure": jiter["seconds"] / scan["seconds"],
+                "detail": BOUNDS["scan_floor_vs_jiter"].format(load=load),
+            }
+        if floor is not None and load != "1KB":
+            out[f"scan_floor_vs_floor:{load}"] = {
+                "figure": scan["seconds"] / floor["seconds"],
+                "detail": BOUNDS["scan_floor_vs_floor"].format(load=load),
+            }
+    return out
+
+
 def _seconds(row: dict[str, Any]) -> str:
     s = row["seconds"]
     text = f"{s * 1000:.1f} ms" if s < 10 else f"{s:.1f} s"
@@ -754,6 +827,8 @@ def markdown(result: dict[str, Any]) -> str:
         shown = "n/a" if figure is None else f"{figure:.2f}"
         met = {True: "yes", False: "**NO**", None: "not measured"}[verdict["met"]]
         lines.append(f"| {TARGETS[name]} | {shown} ({verdict['detail']}) | {met} |")
+    for bound in result.get("bounds", {}).values():
+        lines.append(f"| bound, no target: {bound['detail']} | {bound['figure']:.2f} | - |")
     return "\n".join(lines)
 
 

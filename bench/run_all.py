@@ -321,6 +321,10 @@ def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
             figure = "n/a" if v["figure"] is None else f"{v['figure']:.2f}"
             met = {True: "yes", False: "**NO**", None: "not measured"}[v["met"]]
             rows.append(f"| core: {names[name]} | {figure} | {met} |")
+        for bound in core.get("bounds", {}).values():
+            rows.append(
+                f"| core, bound (no target): {bound['detail']} | {bound['figure']:.2f} | - |"
+            )
     worker = summaries.get("worker", {}).get("result")
     if worker:
         t = _module("bench_worker_kafka").summarize(worker["throughput"]["runs"])

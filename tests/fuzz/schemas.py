@@ -322,8 +322,8 @@ def satisfying(rng: random.Random, schema: Any, defs: dict[str, Any], depth: int
         return satisfying(rng, target, defs, depth + 1)
     if "const" in schema:
         return schema["const"]
-    if "enum" in schema:
-        return rng.choice(schema["enum"])
+    if "enum" in schema:  # an empty enum (a tools file may hold one) is satisfied by nothing
+        return rng.choice(schema["enum"]) if schema["enum"] else random_value(rng, 2)
     for key in ("allOf", "anyOf", "oneOf"):
         if schema.get(key):
             return satisfying(rng, rng.choice(schema[key]), defs, depth + 1)

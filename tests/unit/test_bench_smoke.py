@@ -39,13 +39,20 @@ def test_core_peers_runs_every_contestant_on_every_workload(tmp_path: Path) -> N
     workloads = {r["workload"] for r in rows}
     assert workloads == {"1KB", "10KB", "40 x 200B"}
     names = {r["contestant"] for r in rows}
-    assert names == {"assembler", "floor"} | PEERS  # the bench extra is installed with dev
+    assert names == {"assembler", "floor", "scan-floor"} | PEERS  # the bench extra: with dev
     for row in rows:
         assert row["seconds"] > 0 and math.isfinite(row["ratio_vs_assembler"])
         assert row["stopped"] or row["runs"] == 1
         if not row["peer"]:
             assert not row["stopped"]  # the project's path and the floor always finish
     assert set(result["targets"]) == set(bench.TARGETS)
+    # the scan-floor's bounds, on the small calls against jiter and the floor, and on 1 KB
+    assert set(result["bounds"]) == {
+        "scan_floor_vs_jiter:1KB",
+        "scan_floor_vs_jiter:40 x 200B",
+        "scan_floor_vs_floor:40 x 200B",
+    }
+    assert all(b["figure"] > 0 for b in result["bounds"].values())
     text = bench.markdown(result)
     assert "| assembler |" in text and "| jiter-partial |" in text
 
