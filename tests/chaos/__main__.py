@@ -35,6 +35,21 @@ def _row(report: Report) -> str:
     )
 
 
+def _executions_row(report: Report) -> str:
+    """The executor group's line under the run's row (``--executors``)."""
+    assert report.executions is not None
+    v = report.executions.summary()
+    faults = [f for f in report.faults if f.role == "executor"]
+    outcomes = ", ".join(f"{k} {n}" for k, n in sorted(v["outcomes"].items()))
+    return (
+        f"| {report.options.seed}, executors | {report.options.executors} members | "
+        f"{len(faults)} ({', '.join(sorted({str(f.kind) for f in faults}))}) | "
+        f"{v['dispatched']} dispatched | {outcomes} | executed twice {v['executed_twice']} | "
+        f"unreported {v['unreported']} | outcome wrong {v['outcome_wrong']} | "
+        f"wrong args {v['wrong_arguments']} | claims unended {v['claims_unended']} | | |"
+    )
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # asyncio.run cancels the run: its workers and broker are stopped
 
@@ -61,6 +76,12 @@ def main() -> int:
         metavar="PROCESSOR_X=V",
         help="a setting for every worker, e.g. a small bound to exercise back-pressure",
     )
+    parser.add_argument(
+        "--executors", type=int, default=0, help="members of an executor group (every tool)"
+    )
+    parser.add_argument(
+        "--executor-faults", type=int, default=0, help="kill/stop/term faults of executors"
+    )
     args = parser.parse_args()
     kinds = [FaultKind(k) for k in args.kinds.split(",") if k]
     failed = False
@@ -81,6 +102,8 @@ def main() -> int:
             broker_port=args.broker_port,
             keep=args.keep,
             worker_env=dict(item.split("=", 1) for item in args.worker_env),
+            executors=args.executors,
+            executor_faults=args.executor_faults,
         )
         report = asyncio.run(run(options))
         data = report.as_json()
@@ -89,7 +112,9 @@ def main() -> int:
             with args.json.open("a") as out:
                 out.write(json.dumps(data, default=str) + "\n")
         rows.append(_row(report))
-        failed = failed or not report.verdict.ok
+        failed = failed or not report.ok
+        if report.executions is not None:
+            rows.append(_executions_row(report))
     print(
         "| seed | turns | faults | calls | must act | lost | duplicated | unsafe | wrong args "
         "| expired | max recovery s | run s |"

@@ -6,6 +6,8 @@ Faults (each recorded with its wall-clock time, so the checker can measure recov
 * ``term``: SIGTERM a worker (graceful: it leaves the group); started again once it exited.
 * ``stop``: SIGSTOP a worker for longer than the session *and* the transaction timeout, then
   SIGCONT: a zombie whose open transaction times out and whose producer must be fenced.
+* For the run's executors (``role="executor"``, :mod:`tests.chaos.executors`) the same three; a
+  ``kill`` waits until the member is inside a handler, between its side effect and its outcome.
 * ``broker``: ``kill -9`` the broker, restart it on the same data dir (only with a broker of the
   suite's own: never the shared one the other tests use).
 
@@ -21,6 +23,7 @@ import os
 import random
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,20 +45,31 @@ class Fault:
     happened_at: float = 0.0  # time.time() when applied
     back_at: float = 0.0  # time.time() when the faulted part was running again
     worker: str = ""
+    role: str = "worker"  # or "executor": a member of the run's executor group
 
 
 def schedule(
-    seed: int, count: int, duration: float, kinds: list[FaultKind], workers: int
+    seed: int,
+    count: int,
+    duration: float,
+    kinds: list[FaultKind],
+    workers: int,
+    role: str = "worker",
 ) -> list[Fault]:
     """``count`` faults spread over the load, each kind at least once when count allows."""
-    rng = random.Random(f"faults/{seed}")
+    rng = random.Random(f"faults/{seed}" if role == "worker" else f"faults/{role}/{seed}")
     picked = list(kinds) + [rng.choice(kinds) for _ in range(max(0, count - len(kinds)))]
     picked = picked[:count]
     rng.shuffle(picked)
     # evenly spaced with jitter, leaving the first and last tenth of the load fault-free
     span = duration * 0.8 / max(1, count)
     return [
-        Fault(kind, duration * 0.1 + i * span + rng.uniform(0, span * 0.3), rng.randrange(workers))
+        Fault(
+            kind,
+            duration * 0.1 + i * span + rng.uniform(0, span * 0.3),
+            rng.randrange(workers),
+            role=role,
+        )
         for i, kind in enumerate(picked)
     ]
 
@@ -104,12 +118,16 @@ class Broker:
 
 @dataclass
 class Cluster:
-    """N worker slots on one runtime; restarts what dies; applies faults."""
+    """N worker slots on one runtime; restarts what dies; applies faults. With ``spawner`` the
+    slots hold what it starts (the run's executors) instead of workers."""
 
     runtime: Runtime
     size: int
     env: dict[str, str]
     broker: Broker | None = None
+    spawner: Callable[[int], WorkerProcess] | None = None
+    # awaited before a SIGKILL (executors: until the member is inside a handler)
+    before_kill: Callable[[WorkerProcess], Awaitable[None]] | None = None
     stop_seconds: float = 14.0  # > session timeout (10 s) and transaction timeout (9 s)
     slots: list[WorkerProcess] = field(default_factory=list)
     unexpected_exits: list[tuple[str, int]] = field(default_factory=list)
@@ -118,6 +136,8 @@ class Cluster:
     _supervisor: asyncio.Task[None] | None = None
 
     def _spawn(self, slot: int) -> WorkerProcess:
+        if self.spawner is not None:
+            return self.spawner(slot)
         self._generation += 1
         # each slot keeps its local state stores across restarts, as a pod keeps its volume
         state = {"PROCESSOR_STATE_DIR": str(self.runtime.tmp_path / f"state-{slot}")}
@@ -155,6 +175,8 @@ class Cluster:
             worker = self.slots[slot]
             fault.worker = worker.name
             if fault.kind is FaultKind.KILL:
+                if self.before_kill is not None:
+                    await self.before_kill(worker)
                 worker.kill()
                 await worker.wait_exit(30)
                 await asyncio.sleep(1)

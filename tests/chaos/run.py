@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos.checker import Verdict, check, read_topic
+from tests.chaos.executors import (
+    ExecutionVerdict,
+    Executors,
+    check_executions,
+    settle_executions,
+)
 from tests.chaos.faults import Broker, Cluster, Fault, FaultKind, schedule
 from tests.chaos.workload import BOOKING_TOOL_YAML, Driver, Expect, Plan
 from tests.integration.conftest import Runtime
@@ -45,6 +51,11 @@ class Options:
     settle_seconds: float = 180.0  # after the load: how long the calls may take to drain
     keep: bool = False  # keep the topics (and the broker's data dir) to inspect a failed run
     worker_env: dict[str, str] = field(default_factory=dict)  # more PROCESSOR_* for workers
+    executors: int = 0  # members of one executor group running every tool (tests.chaos.executors)
+    executor_faults: int = 0
+    executor_kinds: list[FaultKind] = field(
+        default_factory=lambda: [FaultKind.KILL, FaultKind.STOP, FaultKind.TERM]
+    )
 
 
 @dataclass
@@ -56,6 +67,11 @@ class Report:
     seconds: float
     fates: dict[str, int]
     prefix: str = ""
+    executions: ExecutionVerdict | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and (self.executions is None or self.executions.ok)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -63,7 +79,10 @@ class Report:
             "turns": self.options.turns,
             "workers": self.options.workers,
             "partitions": self.options.partitions,
-            "faults": [f"{f.kind}@{f.at:.0f}s" for f in self.faults],
+            "faults": [
+                f"{f.kind}@{f.at:.0f}s" + ("" if f.role == "worker" else f" ({f.role})")
+                for f in self.faults
+            ],
             "fates": self.fates,
             "seconds": round(self.seconds, 1),
             "unexpected_exits": self.unexpected_exits,
@@ -71,6 +90,7 @@ class Report:
             "verdict": self.verdict.summary(),
             "recovery": self.verdict.recovery,
             "ledger_reasons": self.verdict.ledger_reasons,
+            "executions": None if self.executions is None else self.executions.summary(),
         }
 
 
@@ -94,27 +114,59 @@ async def run(options: Options) -> Report:
         options.seed, options.faults, options.duration, options.kinds, options.workers
     )
     cluster = Cluster(runtime, options.workers, {**DEFAULT_TIMEOUTS, **options.worker_env}, broker)
+    executors = Executors(runtime, options.workdir / f"effects-{prefix.rstrip('.')}.jsonl")
+    members = Cluster(
+        runtime,
+        options.executors,
+        DEFAULT_TIMEOUTS,
+        spawner=lambda slot: executors.spawn(slot, DEFAULT_TIMEOUTS),
+        before_kill=executors.inside_handler,
+    )
+    if options.executors:
+        faults += schedule(
+            options.seed,
+            options.executor_faults,
+            options.duration,
+            options.executor_kinds,
+            options.executors,
+            role="executor",
+        )
+        faults.sort(key=lambda f: f.at)
     driver = Driver(runtime.settings, plan, options.duration)
+    executions = None
     try:
         await runtime.create_topics()
-        await cluster.start()
+        await asyncio.gather(cluster.start(), members.start())
         load = asyncio.create_task(driver.run())
         t0 = time.monotonic()
         for fault in faults:
             await asyncio.sleep(max(0.0, t0 + fault.at - time.monotonic()))
-            await cluster.apply(fault, driver.paused)
+            await (members if fault.role == "executor" else cluster).apply(fault, driver.paused)
         await load
         await _settle(runtime, plan, options.settle_seconds)
-        exits = list(cluster.unexpected_exits)
+        if options.executors:
+            await settle_executions(runtime.settings, executors.group, options.settle_seconds)
+        exits = list(cluster.unexpected_exits) + list(members.unexpected_exits)
         # Stop every writer first: one transaction writes a call's ledger and status records,
         # but the checker reads the topics one after another, so a transaction committed
         # between two reads (an idle timeout firing at the end of a run) would show a status
         # without its ledger entry. With no worker left, the reads are one consistent cut.
-        await cluster.close()
-        verdict = await check(runtime.settings, plan, faults, driver.cancels)
+        await asyncio.gather(cluster.close(), members.close())
+        if options.executors:
+            executions = await check_executions(
+                runtime.settings, executors.effects, executors.group
+            )
+        worker_faults = [f for f in faults if f.role == "worker"]
+        verdict = await check(
+            runtime.settings,
+            plan,
+            worker_faults,
+            driver.cancels,
+            executions.status_ids if executions is not None else frozenset(),
+        )
         verdict.proposals_missing = len(driver.proposal_timeouts)
     finally:
-        await cluster.close()
+        await asyncio.gather(cluster.close(), members.close())
         if options.keep:
             for worker in runtime.workers:
                 worker.close()
@@ -125,7 +177,9 @@ async def run(options: Options) -> Report:
     fates: dict[str, int] = {}
     for turn in plan.turns:
         fates[turn.fate] = fates.get(turn.fate, 0) + 1
-    return Report(options, verdict, faults, exits, time.monotonic() - started, fates, prefix)
+    return Report(
+        options, verdict, faults, exits, time.monotonic() - started, fates, prefix, executions
+    )
 
 
 async def _settle(runtime: Runtime, plan: Plan, timeout: float) -> None:

@@ -195,15 +195,22 @@ def tenant_stopped(tenant: str) -> TenantStopped:
 
 
 class WorkerProcess:
-    """One ``processor.runtime worker`` subprocess."""
+    """One ``processor.runtime worker`` subprocess (or, with ``command``, another long-running
+    command of the project's that serves ``/readyz`` on ``--metrics-port``)."""
 
-    def __init__(self, name: str, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        env: dict[str, str],
+        log_path: Path,
+        command: Sequence[str] = ("processor.runtime", "worker"),
+    ) -> None:
         self.name = name
         self.port = free_port()
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "processor.runtime", "worker", "--metrics-port", str(self.port)],
+            [sys.executable, "-m", *command, "--metrics-port", str(self.port)],
             cwd=REPO_ROOT,
             env=env,
             stdout=self._log,

@@ -63,3 +63,43 @@ def test_short_chaos_run_loses_duplicates_and_leaks_nothing(
 
 def _lines(path: Path) -> list[bytes]:
     return [line for line in path.read_bytes().splitlines() if line.startswith(b"{")]
+
+
+@pytest.mark.timeout(300)
+def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two executors of one group take the dispatches of the seeded load while they are
+    killed (inside a handler, between its side effect and its outcome), stopped past their
+    session timeout and terminated: no dispatch runs twice, every one is reported, and the
+    one a kill interrupted is reported ``unknown``, never run again (tests.chaos.executors)."""
+    options = Options(
+        seed=9,
+        turns=150,
+        duration=30.0,
+        faults=0,  # the workers are left alone: the first test faults them
+        bootstrap=kafka_bootstrap,
+        workdir=tmp_path,
+        executors=2,
+        executor_faults=4,
+    )
+    report = asyncio.run(run(options))
+    assert report.verdict.ok, report.verdict.summary()
+    assert report.executions is not None
+    summary = report.executions.summary()
+    assert report.executions.ok, summary
+    assert summary["dispatched"] == report.verdict.must_dispatch > 50, summary
+    assert summary["unreported"] == 0 and summary["executed_twice"] == 0, summary
+    # a kill landed inside a handler: reported unknown by the member that took over
+    assert summary["outcomes"].get("unknown", 0) >= 1, summary
+    assert summary["outcomes"].get("succeeded", 0) >= summary["dispatched"] - 5, summary
+    kinds = sorted({str(f.kind) for f in report.faults if f.role == "executor"})
+    assert kinds == ["kill", "stop", "term"], report.faults
+    assert report.unexpected_exits == []
+    lines = [orjson.loads(line) for log in tmp_path.glob("x*.log") for line in _lines(log)]
+    errors = [
+        (r["logger"], r["msg"][:120])
+        for r in lines
+        if r.get("level") in ("error", "critical") and r.get("logger", "").startswith("processor")
+    ]
+    assert errors == []

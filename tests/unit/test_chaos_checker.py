@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from tests.chaos.checker import judge
+from tests.chaos.effects import arguments_digest
+from tests.chaos.executors import ExecutionVerdict, judge_executions, status_id_of
 from tests.chaos.workload import Expect, Fate, Plan
 
 Rec = tuple[int, float, dict[str, Any]]
@@ -128,3 +130,71 @@ def _key(r: dict[str, Any]) -> tuple[str, str, str]:
 
 def _fields(k: tuple[str, str, str]) -> dict[str, str]:
     return {"tenant": k[0], "turn_id": k[1], "call_id": k[2]}
+
+
+# ------------------------------------------------------------------ the executors' verdict
+
+GROUP = "g"
+
+
+def _executions() -> tuple[list[dict[str, Any]], ...]:
+    """Three dispatches, run and reported as a correct executor group would: the first
+    succeeded, the second was interrupted after its side effect (unknown), the third refused."""
+    dispatch, results, entries, effects, status = [], [], [], [], []
+    outcomes = ["succeeded", "unknown", "refused"]
+    for n, outcome in enumerate(outcomes):
+        key = {
+            "tenant": "t",
+            "turn_id": f"u{n}",
+            "response_id": "r",
+            "item_id": "i",
+            "call_id": "c",
+        }
+        arguments = {"n": n, "city": "Oslo"}
+        dispatch.append({**key, "dispatch_id": f"d{n}", "arguments": arguments})
+        reason = "user_stop" if outcome == "refused" else None
+        result = {**key, "dispatch_id": f"d{n}", "executor_group": GROUP, "outcome": outcome}
+        results.append({**result, "reason": reason})
+        entries.append({"group": GROUP, "dispatch_id": f"d{n}", "state": "claimed"})
+        entries.append({"group": GROUP, "dispatch_id": f"d{n}", "state": outcome})
+        if outcome != "refused":
+            effects.append(
+                {"dispatch_id": f"d{n}", "pid": 1, "arguments": arguments_digest(arguments)}
+            )
+        status_id = status_id_of({**result, "reason": reason}, GROUP)
+        if status_id is not None:
+            status.append({**key, "status_id": status_id})
+    return dispatch, results, entries, effects, status
+
+
+def _judge(parts: tuple[list[dict[str, Any]], ...]) -> ExecutionVerdict:
+    return judge_executions(*parts, GROUP)
+
+
+def test_clean_executions_are_ok() -> None:
+    verdict = _judge(_executions())
+    assert verdict.ok, verdict.summary()
+    assert verdict.outcomes == {"succeeded": 1, "unknown": 1, "refused": 1}
+    assert len(verdict.status_ids) == 2  # unknown and refused write a status; succeeded none
+
+
+@pytest.mark.parametrize(
+    ("plant", "finding"),
+    [
+        (lambda d, r, e, x, s: x.append(dict(x[0])), "executed_twice"),
+        (lambda d, r, e, x, s: x.append({**x[0], "dispatch_id": "d9"}), "executed_undispatched"),
+        (lambda d, r, e, x, s: x[0].update(arguments="0" * 64), "wrong_arguments"),
+        (lambda d, r, e, x, s: r.pop(0), "unreported"),
+        (lambda d, r, e, x, s: r.append(dict(r[1])), "reported_twice"),
+        (lambda d, r, e, x, s: x.pop(0), "outcome_wrong"),  # succeeded without its effect
+        (lambda d, r, e, x, s: x.append({**x[0], "dispatch_id": "d2"}), "outcome_wrong"),
+        (lambda d, r, e, x, s: e.pop(), "claims_unended"),
+        (lambda d, r, e, x, s: s.pop(), "status_missing"),
+    ],
+)
+def test_each_execution_defect_is_reported(plant: Any, finding: str) -> None:
+    parts = _executions()
+    plant(*parts)
+    verdict = _judge(parts)
+    assert not verdict.ok
+    assert verdict.summary()[finding] >= 1, verdict.summary()

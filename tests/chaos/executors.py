@@ -1,0 +1,259 @@
+"""The chaos suite's executors: one executor group, every tool handled, faults of its own.
+
+A long or short chaos run with ``executors > 0`` starts that many ``processor executor run``
+members next to the workers (one group, ``--tools`` the run's registry), and applies seeded
+SIGKILL, SIGTERM and SIGSTOP faults to them as it does to workers (:mod:`tests.chaos.faults`).
+
+Each handler (:mod:`tests.chaos.effects`) has one side effect: a line appended to a file
+(``CHAOS_EFFECTS``) with the dispatch id, the member's pid and a digest of the arguments the
+handler was given, written before the handler sleeps 20-60 ms. A ``kill`` fault waits until its
+member writes a side effect, so the SIGKILL lands between the side effect and the recorded
+outcome: what the at-most-once ledger must report ``unknown`` and never run again.
+
+What :func:`judge_executions` finds, from that file and the ``dispatch``, ``results`` and
+``executions`` topics, read once every member has stopped:
+
+* **executed_twice**: a dispatch id whose handler ran more than once (any member, any life);
+* **executed_undispatched**: a side effect for a dispatch id no dispatch record holds;
+* **wrong_arguments**: a handler given arguments other than its dispatch record's;
+* **unreported**: a dispatch of a handled tool with no result once the run settled;
+* **reported_twice**: more than one result for one dispatch id;
+* **outcome_wrong**: a result the side effects contradict: ``succeeded`` without one, or
+  ``refused`` / ``failed`` with one (``unknown`` is right either way);
+* **claims_unended**: a ledger entry still ``claimed`` when the run ended (no member took the
+  call's interrupted claim over and reported it);
+* **status_missing**: a result other than ``succeeded`` without the user status the group
+  writes with it, in the same transaction (what the user is told must be what happened).
+
+Counted, not judged: results by outcome and refusal reasons (a fence that cannot read control
+up to its barrier in time refuses, failing closed; under broker faults that is correct).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from processor.core.events import CallKey, stable_id
+from processor.runtime.tail import read_records
+from processor.settings import Settings
+from tests.chaos.checker import read_topic
+from tests.chaos.effects import arguments_digest
+from tests.integration.conftest import Runtime, WorkerProcess
+
+GROUP_SUFFIX = "chaos-executors"
+
+
+@dataclass
+class Executors:
+    """The run's executor members: spawned, restarted, faulted like workers (``Cluster``)."""
+
+    runtime: Runtime
+    effects: Path
+    group: str = ""
+    generation: int = 0
+
+    def __post_init__(self) -> None:
+        self.group = f"{self.runtime.prefix}{GROUP_SUFFIX}"
+
+    def spawn(self, slot: int, env: Mapping[str, str]) -> WorkerProcess:
+        self.generation += 1
+        name = f"x{slot}-{self.generation}"
+        full = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
+        full.update(self.runtime.env_settings)
+        full.update(env)
+        full["CHAOS_EFFECTS"] = str(self.effects)
+        command = (
+            "processor.executor",
+            "run",
+            "--handlers",
+            "tests.chaos.effects:handlers",
+            "--group",
+            self.group,
+            "--executor-id",
+            name,
+            "--tools",
+            self.runtime.env_settings["PROCESSOR_TOOLS_FILE"],
+            "--allow-unsigned-operators",  # the chaos load's operators do not sign
+        )
+        member = WorkerProcess(name, full, self.runtime.tmp_path / f"{name}.log", command)
+        self.runtime.workers.append(member)  # closed with the runtime, as workers are
+        return member
+
+    async def inside_handler(self, member: WorkerProcess, timeout: float = 10.0) -> None:
+        """Return once ``member`` has written a side effect after this call began: its handler
+        is then sleeping, before its outcome is recorded (or after ``timeout``: a member with
+        nothing to run is killed all the same)."""
+        pid = member.proc.pid
+        before = sum(1 for e in read_effects(self.effects) if e["pid"] == pid)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            if sum(1 for e in read_effects(self.effects) if e["pid"] == pid) > before:
+                return
+            await asyncio.sleep(0.003)
+
+
+@dataclass
+class ExecutionVerdict:
+    dispatched: int = 0
+    executed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    refusals: dict[str, int] = field(default_factory=dict)
+    executed_twice: list[str] = field(default_factory=list)
+    executed_undispatched: list[str] = field(default_factory=list)
+    wrong_arguments: list[str] = field(default_factory=list)
+    unreported: list[str] = field(default_factory=list)
+    reported_twice: list[str] = field(default_factory=list)
+    outcome_wrong: list[str] = field(default_factory=list)
+    claims_unended: list[str] = field(default_factory=list)
+    status_missing: list[str] = field(default_factory=list)
+    status_ids: frozenset[str] = frozenset()  # the group's status records (the checker skips)
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.executed_twice
+            or self.executed_undispatched
+            or self.wrong_arguments
+            or self.unreported
+            or self.reported_twice
+            or self.outcome_wrong
+            or self.claims_unended
+            or self.status_missing
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "dispatched": self.dispatched,
+            "executed": self.executed,
+            "outcomes": self.outcomes,
+            "refusals": self.refusals,
+            "executed_twice": len(self.executed_twice),
+            "executed_undispatched": len(self.executed_undispatched),
+            "wrong_arguments": len(self.wrong_arguments),
+            "unreported": len(self.unreported),
+            "reported_twice": len(self.reported_twice),
+            "outcome_wrong": len(self.outcome_wrong),
+            "claims_unended": len(self.claims_unended),
+            "status_missing": len(self.status_missing),
+            "examples": {
+                name: getattr(self, name)[:3]
+                for name in (
+                    "executed_twice",
+                    "executed_undispatched",
+                    "wrong_arguments",
+                    "unreported",
+                    "reported_twice",
+                    "outcome_wrong",
+                    "claims_unended",
+                    "status_missing",
+                )
+                if getattr(self, name)
+            },
+        }
+
+
+def read_effects(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def status_id_of(result: dict[str, Any], group: str) -> str | None:
+    """The id of the user status an executor writes with a result (None for ``succeeded``):
+    ``stable_id("status", call key, "executor", group, why)``, why being ``unknown``, the
+    refusal code, or the failure code (``failed`` without one)."""
+    why = {
+        "unknown": "unknown",
+        "refused": result.get("reason"),
+        "failed": result.get("reason") or "failed",
+    }.get(result["outcome"])
+    if why is None:
+        return None
+    key = CallKey(**{f: result[f] for f in CallKey.model_fields})
+    return stable_id("status", key.encoded(), "executor", group, why)
+
+
+def judge_executions(
+    dispatch: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    entries: list[dict[str, Any]],
+    effects: list[dict[str, Any]],
+    status: list[dict[str, Any]],
+    group: str,
+) -> ExecutionVerdict:
+    verdict = ExecutionVerdict()
+    arguments = {d["dispatch_id"]: arguments_digest(d["arguments"]) for d in dispatch}
+    verdict.dispatched = len(arguments)
+    ran = Counter(e["dispatch_id"] for e in effects)
+    verdict.executed = len(ran)
+    verdict.executed_twice = sorted(i for i, n in ran.items() if n > 1)
+    verdict.executed_undispatched = sorted(i for i in ran if i not in arguments)
+    verdict.wrong_arguments = sorted(
+        {
+            e["dispatch_id"]
+            for e in effects
+            if e["dispatch_id"] in arguments and e["arguments"] != arguments[e["dispatch_id"]]
+        }
+    )
+    mine = [r for r in results if r.get("executor_group") == group]
+    reported = Counter(r["dispatch_id"] for r in mine)
+    verdict.reported_twice = sorted(i for i, n in reported.items() if n > 1)
+    verdict.unreported = sorted(i for i in arguments if i not in reported)
+    verdict.outcomes = dict(Counter(r["outcome"] for r in mine))
+    verdict.refusals = dict(
+        Counter(str(r.get("reason")) for r in mine if r["outcome"] == "refused")
+    )
+    for r in mine:
+        effect = r["dispatch_id"] in ran
+        if (r["outcome"] == "succeeded" and not effect) or (
+            r["outcome"] in ("refused", "failed") and effect
+        ):
+            verdict.outcome_wrong.append(f"{r['dispatch_id']}: {r['outcome']}, effect={effect}")
+    last: dict[str, str] = {}  # the ledger is compacted by [group, dispatch id]: the last wins
+    for entry in entries:
+        if entry.get("group") == group:
+            last[entry["dispatch_id"]] = entry["state"]
+    verdict.claims_unended = sorted(i for i, state in last.items() if state == "claimed")
+    written = {s["status_id"] for s in status}
+    expected = {r["dispatch_id"]: status_id_of(r, group) for r in mine}
+    verdict.status_ids = frozenset(i for i in expected.values() if i is not None)
+    verdict.status_missing = sorted(
+        d for d, i in expected.items() if i is not None and i not in written
+    )
+    return verdict
+
+
+async def check_executions(settings: Settings, effects: Path, group: str) -> ExecutionVerdict:
+    dispatch = [value for _, _, value in await read_topic(settings, "dispatch")]
+    results = [orjson.loads(r.value) async for r in read_records(settings, settings.topics.results)]
+    entries = [
+        orjson.loads(r.value) async for r in read_records(settings, settings.topics.executions)
+    ]
+    status = [value for _, _, value in await read_topic(settings, "status")]
+    return judge_executions(dispatch, results, entries, read_effects(effects), status, group)
+
+
+async def settle_executions(settings: Settings, group: str, timeout: float) -> None:
+    """Wait until every dispatch id has a result of the group (or the timeout: the verdict
+    then names what is unreported)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        dispatched = {v["dispatch_id"] for _, _, v in await read_topic(settings, "dispatch")}
+        reported = set()
+        async for r in read_records(settings, settings.topics.results):
+            value = orjson.loads(r.value)
+            if value.get("executor_group") == group:
+                reported.add(value["dispatch_id"])
+        if dispatched <= reported:
+            return
+        await asyncio.sleep(2)
