@@ -106,7 +106,8 @@ class ExecutionVerdict:
     dispatched: int = 0
     executed: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
-    refusals: dict[str, int] = field(default_factory=dict)
+    refusals: dict[str, int] = field(default_factory=dict)  # refused results by code
+    unknown: dict[str, int] = field(default_factory=dict)  # unknown results by reason
     executed_twice: list[str] = field(default_factory=list)
     executed_undispatched: list[str] = field(default_factory=list)
     wrong_arguments: list[str] = field(default_factory=list)
@@ -136,6 +137,7 @@ class ExecutionVerdict:
             "executed": self.executed,
             "outcomes": self.outcomes,
             "refusals": self.refusals,
+            "unknown": self.unknown,
             "executed_twice": len(self.executed_twice),
             "executed_undispatched": len(self.executed_undispatched),
             "wrong_arguments": len(self.wrong_arguments),
@@ -212,6 +214,7 @@ def judge_executions(
     verdict.refusals = dict(
         Counter(str(r.get("reason")) for r in mine if r["outcome"] == "refused")
     )
+    verdict.unknown = dict(Counter(str(r.get("reason")) for r in mine if r["outcome"] == "unknown"))
     for r in mine:
         effect = r["dispatch_id"] in ran
         if (r["outcome"] == "succeeded" and not effect) or (
