@@ -74,11 +74,15 @@ fuzz: $(STAMP)
 	$(BIN)/python -m tests.fuzz --seed $(SEED) --duration $(DURATION)
 
 ## Long chaos runs: each seed starts a broker of its own, 2,000 turns over 150 s, 7 faults
-## (SIGKILL, SIGTERM, SIGSTOP of workers, kill -9 of the broker). A short run is in `make test`.
+## (SIGKILL, SIGTERM, SIGSTOP of workers, kill -9 of the broker), and an executor group of
+## CHAOS_EXECUTORS members with CHAOS_EXECUTOR_FAULTS faults of its own. Short runs: `make test`.
 SEEDS ?= 1 2 3 4 5 21
 CHAOS_DIR ?= /tmp/chaos
+CHAOS_EXECUTORS ?= 2
+CHAOS_EXECUTOR_FAULTS ?= 5
 chaos: $(STAMP)
-	$(BIN)/python -m tests.chaos --seed $(SEEDS) --workdir $(CHAOS_DIR) --json $(CHAOS_DIR)/runs.jsonl
+	$(BIN)/python -m tests.chaos --seed $(SEEDS) --workdir $(CHAOS_DIR) --json $(CHAOS_DIR)/runs.jsonl \
+	  --executors $(CHAOS_EXECUTORS) --executor-faults $(CHAOS_EXECUTOR_FAULTS)
 
 kafka-start:
 	scripts/kafka-local start

@@ -6,7 +6,10 @@
 A long run starts a broker of its own (``scripts/kafka-local`` in ``--workdir``, ports
 ``--broker-port`` and the next one) so that broker faults never touch another broker, and applies
 every fault kind: SIGKILL, SIGTERM, SIGSTOP past the session and transaction timeouts (a zombie),
-and ``kill -9`` of the broker. Exit status 1 when any run lost, duplicated or dispatched unsafely.
+and ``kill -9`` of the broker. ``--executors N`` adds an executor group of N members running
+every tool, with ``--executor-faults`` SIGKILL/SIGTERM/SIGSTOP faults of its own
+(:mod:`tests.chaos.executors`). Exit status 1 when any run lost, duplicated or dispatched
+unsafely, or an executor ran a dispatch twice, left one unreported or reported it wrongly.
 """
 
 from __future__ import annotations
