@@ -52,6 +52,7 @@ LEDGER_REASONS: dict[Fate, frozenset[str]] = {
     Fate.CONFIRMED: frozenset({"dispatched"}),
     Fate.DENIED: frozenset({"confirmation_denied"}),
     Fate.CANCEL_BEFORE_CONFIRM: frozenset({"user_stop"}),
+    Fate.CANCEL_AFTER_END: frozenset({"dispatched", "user_stop"}),  # a race with the worker
 }
 
 

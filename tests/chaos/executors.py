@@ -6,9 +6,9 @@ SIGKILL, SIGTERM and SIGSTOP faults to them as it does to workers (:mod:`tests.c
 
 Each handler (:mod:`tests.chaos.effects`) has one side effect: a line appended to a file
 (``CHAOS_EFFECTS``) with the dispatch id, the member's pid and a digest of the arguments the
-handler was given, written before the handler sleeps 20-60 ms. A ``kill`` fault waits until its
-member writes a side effect, so the SIGKILL lands between the side effect and the recorded
-outcome: what the at-most-once ledger must report ``unknown`` and never run again.
+handler was given, written before the handler sleeps 20-60 ms. A ``kill`` fault waits until a
+member writes a side effect and kills that one, so the SIGKILL lands between the side effect and
+the recorded outcome: what the at-most-once ledger must report ``unknown`` and never run again.
 
 What :func:`judge_executions` finds, from that file and the ``dispatch``, ``results`` and
 ``executions`` topics, read once every member has stopped:
@@ -23,7 +23,13 @@ What :func:`judge_executions` finds, from that file and the ``dispatch``, ``resu
 * **claims_unended**: a ledger entry still ``claimed`` when the run ended (no member took the
   call's interrupted claim over and reported it);
 * **status_missing**: a result other than ``succeeded`` without the user status the group
-  writes with it, in the same transaction (what the user is told must be what happened).
+  writes with it, in the same transaction (what the user is told must be what happened);
+* **ran_after_cancel**: a handler that ran for a dispatch record written after its turn's
+  ``turn.cancelled`` was (the ``cancel_after_end`` fate of :mod:`tests.chaos.workload`): the
+  fence reads ``control`` up to where it ended when the dispatch arrived, so it must have seen
+  the cancellation. Record times are compared (the broker's append time of the cancellation,
+  the worker's create time of the dispatch, one machine's clock) with a 10 ms margin;
+  ``fenced`` counts those dispatches, which shows the fence was put to the test.
 
 Counted, not judged: results by outcome and refusal reasons (a fence that cannot read control
 up to its barrier in time refuses, failing closed; under broker faults that is correct).
@@ -32,6 +38,7 @@ up to its barrier in time refuses, failing closed; under broker faults that is c
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -49,6 +56,7 @@ from tests.chaos.effects import arguments_digest
 from tests.integration.conftest import Runtime, WorkerProcess
 
 GROUP_SUFFIX = "chaos-executors"
+CLOCK_MARGIN = 0.01  # seconds: record times of two topics, compared (one machine's clock)
 
 
 @dataclass
@@ -87,18 +95,24 @@ class Executors:
         self.runtime.workers.append(member)  # closed with the runtime, as workers are
         return member
 
-    async def inside_handler(self, member: WorkerProcess, timeout: float = 10.0) -> None:
-        """Return once ``member`` has written a side effect after this call began: its handler
-        is then sleeping, before its outcome is recorded (or after ``timeout``: a member with
-        nothing to run is killed all the same)."""
-        pid = member.proc.pid
-        before = sum(1 for e in read_effects(self.effects) if e["pid"] == pid)
+    async def inside_handler(
+        self, members: list[WorkerProcess], timeout: float = 10.0
+    ) -> int | None:
+        """The slot of the first member that writes a side effect after this call began: its
+        handler is then sleeping, before its outcome is recorded. None after ``timeout`` (no
+        member had anything to run: the planned one is killed all the same)."""
+        pids = {member.proc.pid: slot for slot, member in enumerate(members)}
+        seen = len(read_effects(self.effects))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
-            if sum(1 for e in read_effects(self.effects) if e["pid"] == pid) > before:
-                return
+            effects = read_effects(self.effects)
+            for effect in effects[seen:]:
+                if effect["pid"] in pids:
+                    return pids[effect["pid"]]
+            seen = len(effects)
             await asyncio.sleep(0.003)
+        return None
 
 
 @dataclass
@@ -116,6 +130,8 @@ class ExecutionVerdict:
     outcome_wrong: list[str] = field(default_factory=list)
     claims_unended: list[str] = field(default_factory=list)
     status_missing: list[str] = field(default_factory=list)
+    ran_after_cancel: list[str] = field(default_factory=list)
+    fenced: int = 0  # dispatches written after their turn's cancellation (must not run)
     status_ids: frozenset[str] = frozenset()  # the group's status records (the checker skips)
 
     @property
@@ -129,6 +145,7 @@ class ExecutionVerdict:
             or self.outcome_wrong
             or self.claims_unended
             or self.status_missing
+            or self.ran_after_cancel
         )
 
     def summary(self) -> dict[str, Any]:
@@ -146,6 +163,8 @@ class ExecutionVerdict:
             "outcome_wrong": len(self.outcome_wrong),
             "claims_unended": len(self.claims_unended),
             "status_missing": len(self.status_missing),
+            "ran_after_cancel": len(self.ran_after_cancel),
+            "fenced": self.fenced,
             "examples": {
                 name: getattr(self, name)[:3]
                 for name in (
@@ -157,6 +176,7 @@ class ExecutionVerdict:
                     "outcome_wrong",
                     "claims_unended",
                     "status_missing",
+                    "ran_after_cancel",
                 )
                 if getattr(self, name)
             },
@@ -191,7 +211,10 @@ def judge_executions(
     effects: list[dict[str, Any]],
     status: list[dict[str, Any]],
     group: str,
+    cancelled_at: Mapping[tuple[str, str], float] | None = None,
 ) -> ExecutionVerdict:
+    """``dispatch`` records carry their record time as ``_time`` (seconds) when
+    ``cancelled_at`` (turn key → earliest ``turn.cancelled`` record time) is given."""
     verdict = ExecutionVerdict()
     arguments = {d["dispatch_id"]: arguments_digest(d["arguments"]) for d in dispatch}
     verdict.dispatched = len(arguments)
@@ -232,17 +255,32 @@ def judge_executions(
     verdict.status_missing = sorted(
         d for d, i in expected.items() if i is not None and i not in written
     )
+    for d in dispatch:
+        cancelled = (cancelled_at or {}).get((d["tenant"], d["turn_id"]))
+        if cancelled is None or cancelled >= d["_time"] - CLOCK_MARGIN:
+            continue
+        verdict.fenced += 1
+        if d["dispatch_id"] in ran:
+            verdict.ran_after_cancel.append(d["dispatch_id"])
     return verdict
 
 
 async def check_executions(settings: Settings, effects: Path, group: str) -> ExecutionVerdict:
-    dispatch = [value for _, _, value in await read_topic(settings, "dispatch")]
+    dispatch = [{**value, "_time": at} for _, at, value in await read_topic(settings, "dispatch")]
+    cancelled_at: dict[tuple[str, str], float] = {}
+    async for r in read_records(settings, settings.topics.control):
+        value = orjson.loads(r.value)
+        if value.get("type") == "turn.cancelled":
+            turn = (value["tenant"], value["turn_id"])
+            cancelled_at[turn] = min(cancelled_at.get(turn, math.inf), r.timestamp / 1000)
     results = [orjson.loads(r.value) async for r in read_records(settings, settings.topics.results)]
     entries = [
         orjson.loads(r.value) async for r in read_records(settings, settings.topics.executions)
     ]
     status = [value for _, _, value in await read_topic(settings, "status")]
-    return judge_executions(dispatch, results, entries, read_effects(effects), status, group)
+    return judge_executions(
+        dispatch, results, entries, read_effects(effects), status, group, cancelled_at
+    )
 
 
 async def settle_executions(settings: Settings, group: str, timeout: float) -> None:

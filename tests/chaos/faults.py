@@ -7,7 +7,8 @@ Faults (each recorded with its wall-clock time, so the checker can measure recov
 * ``stop``: SIGSTOP a worker for longer than the session *and* the transaction timeout, then
   SIGCONT: a zombie whose open transaction times out and whose producer must be fenced.
 * For the run's executors (``role="executor"``, :mod:`tests.chaos.executors`) the same three; a
-  ``kill`` waits until the member is inside a handler, between its side effect and its outcome.
+  ``kill`` waits until a member is inside a handler, between its side effect and its outcome,
+  and kills that one.
 * ``broker``: ``kill -9`` the broker, restart it on the same data dir (only with a broker of the
   suite's own: never the shared one the other tests use).
 
@@ -126,8 +127,9 @@ class Cluster:
     env: dict[str, str]
     broker: Broker | None = None
     spawner: Callable[[int], WorkerProcess] | None = None
-    # awaited before a SIGKILL (executors: until the member is inside a handler)
-    before_kill: Callable[[WorkerProcess], Awaitable[None]] | None = None
+    # awaited before a SIGKILL; returns the slot to kill instead of the planned one (executors:
+    # the first member seen inside a handler), or None to keep it
+    before_kill: Callable[[list[WorkerProcess]], Awaitable[int | None]] | None = None
     stop_seconds: float = 14.0  # > session timeout (10 s) and transaction timeout (9 s)
     slots: list[WorkerProcess] = field(default_factory=list)
     unexpected_exits: list[tuple[str, int]] = field(default_factory=list)
@@ -170,13 +172,14 @@ class Cluster:
             fault.back_at = time.time()
             return
         slot = fault.target % self.size
+        if fault.kind is FaultKind.KILL and self.before_kill is not None:
+            busy = await self.before_kill(list(self.slots))
+            slot = slot if busy is None or busy in self._held else busy
         self._held.add(slot)
         try:
             worker = self.slots[slot]
             fault.worker = worker.name
             if fault.kind is FaultKind.KILL:
-                if self.before_kill is not None:
-                    await self.before_kill(worker)
                 worker.kill()
                 await worker.wait_exit(30)
                 await asyncio.sleep(1)

@@ -109,7 +109,8 @@ async def run(options: Options) -> Report:
     runtime = Runtime(bootstrap, prefix, options.workdir, options.partitions)
     with (options.workdir / "tools.yaml").open("a") as tools:
         tools.write(BOOKING_TOOL_YAML)  # the confirming fates' tool
-    plan = Plan.generate(options.seed, options.turns)
+    # with executors, a quarter of the normal turns are cancelled right after their end
+    plan = Plan.generate(options.seed, options.turns, after_end=0.25 if options.executors else 0.0)
     faults = schedule(
         options.seed, options.faults, options.duration, options.kinds, options.workers
     )

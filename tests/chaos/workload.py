@@ -22,7 +22,15 @@ confirmed                 a ``book_slot`` turn (needs confirmation), normal; on 
 denied                    the same; on each proposal, ``call.denied``            never
 cancel_before_confirm     the same; on each proposal, ``turn.cancelled`` (acked) never
                           and then ``call.confirmed``: the earlier cancel wins
+cancel_after_end          normal, then ``turn.cancelled`` at once (only in runs  at most 1x
+                          with executors, see below)
 ========================  =====================================================  ============
+
+``cancel_after_end`` races the worker: the cancellation follows the response's end, so a call
+may be dispatched before the worker applies it, or not. What matters is the executor's fence:
+a dispatch record written after the cancellation must never run
+(:mod:`tests.chaos.executors`). Plans made for executors turn a share of the ``normal`` turns
+into it, with a random stream of its own, so every other plan of a seed stays as it was.
 
 The confirming fates read ``proposals`` (read_committed, following) the way a gateway does, and
 confirm the digest the proposal carries.
@@ -87,6 +95,7 @@ class Fate(enum.StrEnum):
     CONFIRMED = "confirmed"
     DENIED = "denied"
     CANCEL_BEFORE_CONFIRM = "cancel_before_confirm"
+    CANCEL_AFTER_END = "cancel_after_end"  # opt-in (Plan.generate(after_end=...)): no weight
 
     @property
     def must_dispatch(self) -> bool:
@@ -141,7 +150,9 @@ class Turn:
         return "anthropic" if self.fate is Fate.CANCEL_BETWEEN_TERMINALS else "openai-chat"
 
     def expectations(self) -> dict[tuple[str, str, str], Expect]:
-        if not self.fate.must_dispatch:
+        if self.fate is Fate.CANCEL_AFTER_END:
+            expect = Expect.AT_MOST_ONCE  # the worker may dispatch before the cancellation
+        elif not self.fate.must_dispatch:
             expect = Expect.NEVER
         else:
             expect = Expect.ONCE if self.acked else Expect.AT_MOST_ONCE
@@ -154,13 +165,17 @@ class Plan:
     turns: list[Turn]
 
     @classmethod
-    def generate(cls, seed: int, count: int) -> Plan:
+    def generate(cls, seed: int, count: int, after_end: float = 0.0) -> Plan:
+        """``after_end``: the share of ``normal`` turns made ``cancel_after_end``."""
         rng = random.Random(seed)
+        after = random.Random(f"after-end/{seed}")
         fates = list(WEIGHTS)
         weights = [WEIGHTS[f] for f in fates]
         turns = []
         for i in range(count):
             fate = rng.choices(fates, weights)[0]
+            if fate is Fate.NORMAL and after_end and after.random() < after_end:
+                fate = Fate.CANCEL_AFTER_END
             calls = 2 if fate is Fate.CANCEL_BETWEEN_TERMINALS else rng.randint(1, 3)
             if fate.confirming:
                 args = [_booking(rng) for _ in range(calls)]
@@ -391,6 +406,11 @@ async def _normal(d: Driver, turn: Turn, ctx: TurnContext, rng: random.Random) -
     await d._publish(_feed(adapter, [*chunks[half:], finish]) + adapter.close())
 
 
+async def _cancel_after_end(d: Driver, turn: Turn, ctx: TurnContext, rng: random.Random) -> None:
+    await _normal(d, turn, ctx, rng)
+    await d._cancel(turn)
+
+
 async def _late_binding(d: Driver, turn: Turn, ctx: TurnContext, rng: random.Random) -> None:
     adapter = OpenAIChatAdapter(ctx, now=time.time)
     chunks, finish = chat_chunks(turn, rng)
@@ -455,4 +475,5 @@ _STEPS: dict[Fate, Callable[[Driver, Turn, TurnContext, random.Random], Any]] = 
     Fate.CONFIRMED: _confirming,
     Fate.DENIED: _confirming,
     Fate.CANCEL_BEFORE_CONFIRM: _confirming,
+    Fate.CANCEL_AFTER_END: _cancel_after_end,
 }

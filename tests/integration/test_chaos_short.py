@@ -74,7 +74,7 @@ def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
     session timeout and terminated: no dispatch runs twice, every one is reported, and the
     one a kill interrupted is reported ``unknown``, never run again (tests.chaos.executors)."""
     options = Options(
-        seed=9,
+        seed=8,  # its executor faults: term, kill, kill during the load; the stop last
         turns=150,
         duration=30.0,
         faults=0,  # the workers are left alone: the first test faults them
@@ -88,11 +88,16 @@ def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
     assert report.executions is not None
     summary = report.executions.summary()
     assert report.executions.ok, summary
-    assert summary["dispatched"] == report.verdict.must_dispatch > 50, summary
+    # cancel_after_end turns race the worker: their calls may be dispatched too
+    assert summary["dispatched"] >= report.verdict.must_dispatch > 50, summary
+    assert report.fates.get("cancel_after_end", 0) >= 5, report.fates
+    # dispatches written after their turn's cancellation: the fence refused every one
+    assert summary["ran_after_cancel"] == 0, summary
     assert summary["unreported"] == 0 and summary["executed_twice"] == 0, summary
     # a kill landed inside a handler: reported unknown by the member that took over
     assert summary["outcomes"].get("unknown", 0) >= 1, summary
-    assert summary["outcomes"].get("succeeded", 0) >= summary["dispatched"] - 5, summary
+    refused = summary["outcomes"].get("refused", 0)
+    assert summary["outcomes"].get("succeeded", 0) >= summary["dispatched"] - refused - 5, summary
     kinds = sorted({str(f.kind) for f in report.faults if f.role == "executor"})
     assert kinds == ["kill", "stop", "term"], report.faults
     assert report.unexpected_exits == []

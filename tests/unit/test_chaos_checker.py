@@ -151,7 +151,7 @@ def _executions() -> tuple[list[dict[str, Any]], ...]:
             "call_id": "c",
         }
         arguments = {"n": n, "city": "Oslo"}
-        dispatch.append({**key, "dispatch_id": f"d{n}", "arguments": arguments})
+        dispatch.append({**key, "dispatch_id": f"d{n}", "arguments": arguments, "_time": 100.0 + n})
         reason = "user_stop" if outcome == "refused" else None
         result = {**key, "dispatch_id": f"d{n}", "executor_group": GROUP, "outcome": outcome}
         results.append({**result, "reason": reason})
@@ -198,3 +198,16 @@ def test_each_execution_defect_is_reported(plant: Any, finding: str) -> None:
     verdict = _judge(parts)
     assert not verdict.ok
     assert verdict.summary()[finding] >= 1, verdict.summary()
+
+
+def test_a_dispatch_written_after_its_cancellation_must_not_run() -> None:
+    parts = _executions()
+    # d2 (refused) was written after its turn's cancellation: the fence did its work
+    verdict = judge_executions(*parts, GROUP, {("t", "u2"): 101.5})
+    assert verdict.ok and verdict.fenced == 1, verdict.summary()
+    # a cancellation after the dispatch record: running it is allowed
+    verdict = judge_executions(*parts, GROUP, {("t", "u0"): 100.5})
+    assert verdict.ok and verdict.fenced == 0, verdict.summary()
+    # d0 ran although its turn was cancelled before its dispatch record was written
+    verdict = judge_executions(*parts, GROUP, {("t", "u0"): 99.0})
+    assert not verdict.ok and verdict.ran_after_cancel == ["d0"], verdict.summary()
