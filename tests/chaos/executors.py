@@ -24,12 +24,15 @@ What :func:`judge_executions` finds, from that file and the ``dispatch``, ``resu
   call's interrupted claim over and reported it);
 * **status_missing**: a result other than ``succeeded`` without the user status the group
   writes with it, in the same transaction (what the user is told must be what happened);
-* **ran_after_cancel**: a handler that ran for a dispatch record written after its turn's
-  ``turn.cancelled`` was (the ``cancel_after_end`` fate of :mod:`tests.chaos.workload`): the
-  fence reads ``control`` up to where it ended when the dispatch arrived, so it must have seen
-  the cancellation. Record times are compared (the broker's append time of the cancellation,
-  the worker's create time of the dispatch, one machine's clock) with a 10 ms margin;
-  ``fenced`` counts those dispatches, which shows the fence was put to the test.
+* **ran_after_cancel**: a handler that ran although its turn's ``turn.cancelled`` (the
+  ``cancel_after_end`` fate of :mod:`tests.chaos.workload`) was written before the group's
+  claim of the call. After the claim is committed the fence reads ``control`` up to where it
+  ends *then*, and runs the handler only if the call is still allowed, so a cancellation
+  written before the claim must stop it. Record times are compared (the broker's append time
+  of the cancellation, the member's create time of the claim, written before its commit; one
+  machine's clock) with a 10 ms margin. ``fenced`` counts the dispatches whose cancellation
+  came before the group's first ledger entry of them (a claim or a refusal): each of them had
+  to be refused, which shows the fence was put to the test.
 
 Counted, not judged: results by outcome and refusal reasons (a fence that cannot read control
 up to its barrier in time refuses, failing closed; under broker faults that is correct).
@@ -131,7 +134,7 @@ class ExecutionVerdict:
     claims_unended: list[str] = field(default_factory=list)
     status_missing: list[str] = field(default_factory=list)
     ran_after_cancel: list[str] = field(default_factory=list)
-    fenced: int = 0  # dispatches written after their turn's cancellation (must not run)
+    fenced: int = 0  # dispatches cancelled before the group's first entry of them: never run
     status_ids: frozenset[str] = frozenset()  # the group's status records (the checker skips)
 
     @property
@@ -213,8 +216,8 @@ def judge_executions(
     group: str,
     cancelled_at: Mapping[tuple[str, str], float] | None = None,
 ) -> ExecutionVerdict:
-    """``dispatch`` records carry their record time as ``_time`` (seconds) when
-    ``cancelled_at`` (turn key → earliest ``turn.cancelled`` record time) is given."""
+    """``entries`` (the ``executions`` ledger) carry their record time as ``_time`` (seconds)
+    when ``cancelled_at`` (turn key → earliest ``turn.cancelled`` record time) is given."""
     verdict = ExecutionVerdict()
     arguments = {d["dispatch_id"]: arguments_digest(d["arguments"]) for d in dispatch}
     verdict.dispatched = len(arguments)
@@ -255,18 +258,28 @@ def judge_executions(
     verdict.status_missing = sorted(
         d for d, i in expected.items() if i is not None and i not in written
     )
+    first: dict[str, float] = {}  # the group's first ledger entry of each dispatch (claim/refusal)
+    claimed: dict[str, float] = {}
+    for entry in entries:
+        if entry.get("group") == group and cancelled_at:
+            i, at = entry["dispatch_id"], entry["_time"]
+            first[i] = min(first.get(i, math.inf), at)
+            if entry["state"] == "claimed":
+                claimed[i] = min(claimed.get(i, math.inf), at)
     for d in dispatch:
         cancelled = (cancelled_at or {}).get((d["tenant"], d["turn_id"]))
-        if cancelled is None or cancelled >= d["_time"] - CLOCK_MARGIN:
+        i = d["dispatch_id"]
+        if cancelled is None:
             continue
-        verdict.fenced += 1
-        if d["dispatch_id"] in ran:
-            verdict.ran_after_cancel.append(d["dispatch_id"])
+        if cancelled < first.get(i, -math.inf) - CLOCK_MARGIN:
+            verdict.fenced += 1
+        if i in ran and cancelled < claimed.get(i, math.inf) - CLOCK_MARGIN:
+            verdict.ran_after_cancel.append(i)
     return verdict
 
 
 async def check_executions(settings: Settings, effects: Path, group: str) -> ExecutionVerdict:
-    dispatch = [{**value, "_time": at} for _, at, value in await read_topic(settings, "dispatch")]
+    dispatch = [value for _, _, value in await read_topic(settings, "dispatch")]
     cancelled_at: dict[tuple[str, str], float] = {}
     async for r in read_records(settings, settings.topics.control):
         value = orjson.loads(r.value)
@@ -275,7 +288,8 @@ async def check_executions(settings: Settings, effects: Path, group: str) -> Exe
             cancelled_at[turn] = min(cancelled_at.get(turn, math.inf), r.timestamp / 1000)
     results = [orjson.loads(r.value) async for r in read_records(settings, settings.topics.results)]
     entries = [
-        orjson.loads(r.value) async for r in read_records(settings, settings.topics.executions)
+        {**orjson.loads(r.value), "_time": r.timestamp / 1000}
+        async for r in read_records(settings, settings.topics.executions)
     ]
     status = [value for _, _, value in await read_topic(settings, "status")]
     return judge_executions(

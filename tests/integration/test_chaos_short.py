@@ -91,8 +91,8 @@ def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
     # cancel_after_end turns race the worker: their calls may be dispatched too
     assert summary["dispatched"] >= report.verdict.must_dispatch > 50, summary
     assert report.fates.get("cancel_after_end", 0) >= 5, report.fates
-    # dispatches written after their turn's cancellation: the fence refused every one
-    assert summary["ran_after_cancel"] == 0, summary
+    # calls cancelled before the group claimed them: there were some, and none ran
+    assert summary["fenced"] >= 1 and summary["ran_after_cancel"] == 0, summary
     assert summary["unreported"] == 0 and summary["executed_twice"] == 0, summary
     # a kill landed inside a handler: reported unknown by the member that took over
     assert summary["outcomes"].get("unknown", 0) >= 1, summary

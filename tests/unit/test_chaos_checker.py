@@ -151,12 +151,15 @@ def _executions() -> tuple[list[dict[str, Any]], ...]:
             "call_id": "c",
         }
         arguments = {"n": n, "city": "Oslo"}
-        dispatch.append({**key, "dispatch_id": f"d{n}", "arguments": arguments, "_time": 100.0 + n})
+        dispatch.append({**key, "dispatch_id": f"d{n}", "arguments": arguments})
         reason = "user_stop" if outcome == "refused" else None
         result = {**key, "dispatch_id": f"d{n}", "executor_group": GROUP, "outcome": outcome}
         results.append({**result, "reason": reason})
-        entries.append({"group": GROUP, "dispatch_id": f"d{n}", "state": "claimed"})
+        if outcome != "refused":  # a refusal is the first entry; a claim comes before a run
+            entries.append({"group": GROUP, "dispatch_id": f"d{n}", "state": "claimed"})
         entries.append({"group": GROUP, "dispatch_id": f"d{n}", "state": outcome})
+        for entry in entries[-2:]:
+            entry.setdefault("_time", 100.0 + n + 0.1 * (entry["state"] != "claimed"))
         if outcome != "refused":
             effects.append(
                 {"dispatch_id": f"d{n}", "pid": 1, "arguments": arguments_digest(arguments)}
@@ -188,7 +191,7 @@ def test_clean_executions_are_ok() -> None:
         (lambda d, r, e, x, s: r.append(dict(r[1])), "reported_twice"),
         (lambda d, r, e, x, s: x.pop(0), "outcome_wrong"),  # succeeded without its effect
         (lambda d, r, e, x, s: x.append({**x[0], "dispatch_id": "d2"}), "outcome_wrong"),
-        (lambda d, r, e, x, s: e.pop(), "claims_unended"),
+        (lambda d, r, e, x, s: e.pop(3), "claims_unended"),  # d1 claimed, never ended
         (lambda d, r, e, x, s: s.pop(), "status_missing"),
     ],
 )
@@ -200,14 +203,14 @@ def test_each_execution_defect_is_reported(plant: Any, finding: str) -> None:
     assert verdict.summary()[finding] >= 1, verdict.summary()
 
 
-def test_a_dispatch_written_after_its_cancellation_must_not_run() -> None:
+def test_a_call_cancelled_before_its_claim_must_not_run() -> None:
     parts = _executions()
-    # d2 (refused) was written after its turn's cancellation: the fence did its work
+    # d2 was cancelled before the group's first entry of it (its refusal, at 102.1): fenced
     verdict = judge_executions(*parts, GROUP, {("t", "u2"): 101.5})
     assert verdict.ok and verdict.fenced == 1, verdict.summary()
-    # a cancellation after the dispatch record: running it is allowed
-    verdict = judge_executions(*parts, GROUP, {("t", "u0"): 100.5})
+    # a cancellation after d0's claim (at 100.0): running it was allowed
+    verdict = judge_executions(*parts, GROUP, {("t", "u0"): 100.05})
     assert verdict.ok and verdict.fenced == 0, verdict.summary()
-    # d0 ran although its turn was cancelled before its dispatch record was written
-    verdict = judge_executions(*parts, GROUP, {("t", "u0"): 99.0})
+    # d0 ran although its turn was cancelled before its claim
+    verdict = judge_executions(*parts, GROUP, {("t", "u0"): 99.5})
     assert not verdict.ok and verdict.ran_after_cancel == ["d0"], verdict.summary()
