@@ -105,15 +105,20 @@ class Executors:
         handler is then sleeping, before its outcome is recorded. None after ``timeout`` (no
         member had anything to run: the planned one is killed all the same)."""
         pids = {member.proc.pid: slot for slot, member in enumerate(members)}
-        seen = len(read_effects(self.effects))
+        read_from = self.effects.stat().st_size if self.effects.exists() else 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
-            effects = read_effects(self.effects)
-            for effect in effects[seen:]:
-                if effect["pid"] in pids:
-                    return pids[effect["pid"]]
-            seen = len(effects)
+            if self.effects.exists():
+                with self.effects.open("rb") as f:  # only what was appended since (whole lines)
+                    f.seek(read_from)
+                    new = f.read()
+                whole = new[: new.rfind(b"\n") + 1]
+                read_from += len(whole)
+                for line in whole.splitlines():
+                    pid = orjson.loads(line)["pid"]
+                    if pid in pids:
+                        return pids[pid]
             await asyncio.sleep(0.003)
         return None
 
