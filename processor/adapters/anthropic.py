@@ -38,33 +38,14 @@ from typing import Any, ClassVar, Final
 
 from processor.adapters.base import Handler, OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
-from processor.adapters.verdicts import SPLICED, StopTable, normal, voiding
+from processor.adapters.providers import ANTHROPIC
+from processor.adapters.verdicts import SPLICED
 from processor.core.events import FragmentEvent, ResponseStatus
 
 PROVIDER: Final = "anthropic"
 
 _HARMLESS_TYPES: Final = frozenset({"ping"})
-STOP_REASONS: Final = StopTable(
-    provider="Anthropic Messages",
-    read_from="message_delta.delta.stop_reason, completed at message_stop",
-    rules={
-        "end_turn": normal("the model finished its turn"),
-        "tool_use": normal("the model calls tools"),
-        "stop_sequence": normal("a stop sequence was generated"),
-        "max_tokens": voiding(
-            ResponseStatus.INCOMPLETE, "cut at max_tokens: a last tool_use block is incomplete"
-        ),
-        "model_context_window_exceeded": voiding(
-            ResponseStatus.INCOMPLETE, "cut at the context window: treat as truncated"
-        ),
-        "pause_turn": voiding(
-            ResponseStatus.INCOMPLETE, "a server-tool loop paused; the turn continues later"
-        ),
-        "refusal": voiding(
-            ResponseStatus.FAILED, "streaming classifiers intervened; drop the refused turn"
-        ),
-    },
-)
+STOP_REASONS: Final = ANTHROPIC.stops
 _F: Final = Fields(PROVIDER)
 
 

@@ -48,30 +48,14 @@ from processor.adapters.eventstream import (
     message_to_event,
 )
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields
-from processor.adapters.verdicts import StopTable, normal, voiding
+from processor.adapters.providers import BEDROCK
 from processor.core.errors import AdapterError
 from processor.core.events import FragmentEvent, ResponseStatus
 
 _EVENT_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
 _F: Final = Fields("bedrock")
-STOP_REASONS: Final = StopTable(
-    provider="Amazon Bedrock ConverseStream",
-    read_from="messageStop.stopReason",
-    rules={
-        "end_turn": normal("the model finished its turn"),
-        "tool_use": normal("the model calls tools"),
-        "stop_sequence": normal("a stop sequence was generated"),
-        "max_tokens": voiding(ResponseStatus.INCOMPLETE, "the output token limit was reached"),
-        "model_context_window_exceeded": voiding(
-            ResponseStatus.INCOMPLETE, "the context window was filled"
-        ),
-        "guardrail_intervened": voiding(ResponseStatus.FAILED, "a guardrail intervened"),
-        "content_filtered": voiding(ResponseStatus.FAILED, "a content filter removed output"),
-        "malformed_model_output": voiding(ResponseStatus.FAILED, "the model output is malformed"),
-        "malformed_tool_use": voiding(ResponseStatus.FAILED, "a tool use is malformed"),
-    },
-)
+STOP_REASONS: Final = BEDROCK.stops
 
 
 class _InertError(AdapterError):

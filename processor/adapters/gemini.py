@@ -63,14 +63,12 @@ import orjson
 
 from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_NAME, Fields, shown
+from processor.adapters.providers import GEMINI
 from processor.adapters.verdicts import (
     ALTERNATIVE,
     ARGUMENTS_MISMATCH,
-    StopTable,
     alternative_response_id,
     is_chosen,
-    normal,
-    voiding,
 )
 from processor.core.errors import AdapterError
 from processor.core.events import FragmentEvent, ResponseStatus
@@ -93,33 +91,7 @@ _PATH_STEP: Final = re.compile(
 _UNESCAPE: Final = re.compile(r"\\(.)")
 _ENUM_WORD: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 
-_SAFETY = ResponseStatus.FAILED
-STOP_REASONS: Final = StopTable(
-    provider="Gemini / Vertex AI",
-    read_from="candidates[].finishReason",
-    rules={
-        "STOP": normal("natural stop or stop sequence; function calls end so"),
-        "MAX_TOKENS": voiding(ResponseStatus.INCOMPLETE, "the output token limit was reached"),
-        "SAFETY": voiding(_SAFETY, "flagged for safety"),
-        "RECITATION": voiding(_SAFETY, "flagged for recitation"),
-        "LANGUAGE": voiding(_SAFETY, "unsupported language"),
-        "BLOCKLIST": voiding(_SAFETY, "forbidden terms"),
-        "PROHIBITED_CONTENT": voiding(_SAFETY, "prohibited content"),
-        "SPII": voiding(_SAFETY, "sensitive personal information"),
-        "IMAGE_SAFETY": voiding(_SAFETY, "generated image flagged for safety"),
-        "IMAGE_PROHIBITED_CONTENT": voiding(_SAFETY, "generated image prohibited"),
-        "IMAGE_RECITATION": voiding(_SAFETY, "generated image flagged for recitation"),
-        "IMAGE_OTHER": voiding(_SAFETY, "image generation stopped for another reason"),
-        "NO_IMAGE": voiding(_SAFETY, "an image was expected and none was generated"),
-        "MALFORMED_FUNCTION_CALL": voiding(_SAFETY, "the generated function call is invalid"),
-        "UNEXPECTED_TOOL_CALL": voiding(_SAFETY, "a tool call where no tool was enabled"),
-        "TOO_MANY_TOOL_CALLS": voiding(_SAFETY, "too many consecutive tool calls"),
-        "MISSING_THOUGHT_SIGNATURE": voiding(_SAFETY, "a thought signature was missing"),
-        "MALFORMED_RESPONSE": voiding(_SAFETY, "the response could not be parsed"),
-        "OTHER": voiding(_SAFETY, "stopped for another reason"),
-        "FINISH_REASON_UNSPECIFIED": voiding(_SAFETY, "unspecified"),
-    },
-)
+STOP_REASONS: Final = GEMINI.stops
 _FUNCTION_CALL_KEYS: Final = frozenset({"name", "args", "id", "partialArgs", "willContinue"})
 _PARTIAL_ARG_KEYS: Final = frozenset(
     {"jsonPath", "willContinue", "stringValue", "numberValue", "boolValue", "nullValue"}

@@ -50,13 +50,11 @@ from typing import Any, ClassVar, Final
 
 from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
+from processor.adapters.providers import CHAT
 from processor.adapters.verdicts import (
     ALTERNATIVE,
-    StopTable,
     alternative_response_id,
     is_chosen,
-    normal,
-    voiding,
 )
 from processor.core.events import FragmentEvent, ResponseStatus
 
@@ -65,20 +63,7 @@ PROVIDER: Final = "openai-chat"
 _IMPLICIT: Final = "_"
 
 _HARMLESS_TYPES: Final = frozenset({"ping", "keepalive"})
-STOP_REASONS: Final = StopTable(
-    provider="OpenAI Chat Completions",
-    read_from="choices[].finish_reason",
-    rules={
-        "tool_calls": normal("the model called tools"),
-        "stop": normal("natural stop or stop sequence; a forced tool call ends so"),
-        "function_call": normal("deprecated single function call"),
-        "length": voiding(ResponseStatus.INCOMPLETE, "max_tokens or the context was reached"),
-        "max_tokens": voiding(ResponseStatus.INCOMPLETE, "the token limit (compatible servers)"),
-        "model_length": voiding(ResponseStatus.INCOMPLETE, "the context limit (Mistral)"),
-        "content_filter": voiding(ResponseStatus.FAILED, "content omitted by a content filter"),
-        "error": voiding(ResponseStatus.ERROR, "a compatible server's mid-stream error"),
-    },
-)
+STOP_REASONS: Final = CHAT.stops
 _F: Final = Fields(PROVIDER)
 
 

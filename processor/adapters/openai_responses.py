@@ -49,12 +49,10 @@ import orjson
 
 from processor.adapters.base import Handler, OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
+from processor.adapters.providers import RESPONSES
 from processor.adapters.verdicts import (
     ARGUMENTS_MISMATCH,
     SPLICED,
-    StopTable,
-    normal,
-    voiding,
 )
 from processor.core.events import FragmentEvent, ResponseStatus
 
@@ -81,19 +79,7 @@ _UNSUPPORTED_ITEMS: Final = frozenset({"custom_tool_call", "computer_call"})
 _DELTA: Final = "response.function_call_arguments.delta"
 _CALL_EVENTS: Final = "response.function_call"
 _ITEM_INCOMPLETE: Final = "item_incomplete"
-STOP_REASONS: Final = StopTable(
-    provider="OpenAI Responses",
-    read_from="response.completed, or response.incomplete's incomplete_details.reason",
-    rules={
-        "completed": normal("response.completed"),
-        "max_output_tokens": voiding(
-            ResponseStatus.INCOMPLETE, "response.incomplete: the output token limit was hit"
-        ),
-        "content_filter": voiding(
-            ResponseStatus.FAILED, "response.incomplete: the content filter cut the output"
-        ),
-    },
-)
+STOP_REASONS: Final = RESPONSES.stops
 _F: Final = Fields(PROVIDER)
 
 

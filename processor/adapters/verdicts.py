@@ -1,9 +1,11 @@
 """Response-level verdicts: each provider's stop reasons → ``response.ended`` status and reason.
 
 One rule for every provider. A call acts only if its response completed normally, so an adapter
-writes ``response.ended`` with status ``completed`` for exactly one thing: the provider's own end
-event carrying a stop reason its table calls :attr:`Verdict.NORMAL`. Everything else voids the
-response's calls (the Assembler holds a validated call until its response's verdict):
+writes ``response.ended`` with status ``completed`` for exactly one thing: a stream that reached
+its documented normal end (``[DONE]`` or EOF for Chat Completions, ``message_stop``,
+``response.completed``, the last Gemini chunk, Bedrock's ``metadata`` then EOF) after a stop
+reason its table calls :attr:`Verdict.NORMAL`. The stream's last word decides. Everything else
+voids the response's calls (the Assembler holds a validated call until its response's verdict):
 
 * a stop reason the table calls :attr:`Verdict.VOIDING` (refusal, max tokens, content filter,
   SAFETY, malformed or unexpected tool call, guardrail, ...), with the table's status:
@@ -13,14 +15,17 @@ response's calls (the Assembler holds a validated call until its response's verd
   adds a reason must be read before its calls can act);
 * a provider error, a transport error or an unreadable chunk: status ``error``;
 * a stream that ends without the provider's end event: ``incomplete`` / :data:`STREAM_CUT`;
+* a voiding event after the stop marker and before the stream's documented end (see
+  :mod:`processor.adapters.providers`): the stop marker alone does not complete a response;
 * an alternative that is not the chosen one (``n > 1``, ``candidateCount > 1``): status
   ``not_chosen`` / :data:`ALTERNATIVE`.
 
 ``reason`` is always a short code: the provider's raw stop reason (passed through
 :func:`~processor.adapters.fields.shown`), or one of the adapter codes below.
 
-Each adapter module exports its table as ``STOP_REASONS`` (a :class:`StopTable`, data only);
-:func:`readme_section` renders all of them, and a test keeps the README's copy in step.
+The tables themselves are data in :mod:`processor.adapters.providers` (each adapter module
+re-exports its own as ``STOP_REASONS``); :func:`readme_section` renders them, and a test keeps
+the README's copy in step. This module imports no adapter.
 
 Alternatives. One request can return several alternatives (Chat Completions ``choices[i]``,
 Gemini ``candidates[i]``). At most one of them may act: the adapter's ``alternative`` option
@@ -134,27 +139,3 @@ def alternative_response_id(response_id: str, index: int) -> str:
 def is_chosen(alternative: int | None, index: int) -> bool:
     """Whether alternative ``index`` is the one allowed to act."""
     return alternative is not None and index == alternative
-
-
-def provider_tables() -> tuple[StopTable, ...]:
-    """Every adapter's table, in the README's order."""
-    # imported here: every adapter module imports this one
-    from processor.adapters import (  # noqa: PLC0415
-        anthropic,
-        bedrock,
-        gemini,
-        openai_chat,
-        openai_responses,
-    )
-
-    return (
-        openai_responses.STOP_REASONS,
-        openai_chat.STOP_REASONS,
-        anthropic.STOP_REASONS,
-        gemini.STOP_REASONS,
-        bedrock.STOP_REASONS,
-    )
-
-
-if __name__ == "__main__":  # python -m processor.adapters.verdicts: the README's tables
-    print(readme_section(provider_tables()))

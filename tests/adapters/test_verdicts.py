@@ -13,10 +13,9 @@ from processor.adapters.verdicts import (
     alternative_response_id,
     is_chosen,
     normal,
-    provider_tables,
-    readme_section,
     voiding,
 )
+from processor.adapters.providers import TABLES, readme_tables
 from processor.core.events import ResponseStatus
 
 ROOT = Path(__file__).parents[2]
@@ -29,13 +28,13 @@ TABLE = StopTable(
 
 def test_readme_stop_reason_tables_are_the_code_tables() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert readme_section(provider_tables()) in readme, (
-        "README stop-reason tables are stale: paste `python -m processor.adapters.verdicts`"
+    assert readme_tables() in readme, (
+        "README provider tables are stale: paste `python -m processor.adapters.providers`"
     )
 
 
 def test_every_provider_has_a_table_whose_only_normal_status_is_completed() -> None:
-    tables = provider_tables()
+    tables = [row.stops for row in TABLES]
     assert len(tables) == 5
     for table in tables:
         normal_reasons = [r for r, s in table.rules.items() if s.verdict is Verdict.NORMAL]
