@@ -10,7 +10,9 @@ key = turn key, ``--traceparent`` propagated to the dispatch record).
 A chunk the adapter cannot read is reported on stderr; the stream's open calls end inert through
 ``response.ended`` and the command exits 1. Nothing partial ever completes. Provider events of an
 unknown type that name no call are ignored, and their count is reported on stderr (and, with
-``--publish``, added to ``toolcall_adapter_unknown_events_total``). ``--alternative`` chooses
+``--publish``, added to ``toolcall_adapter_unknown_events_total``). An SSE event the end of the
+body cut (no terminating blank line) is discarded, as the SSE specification and the provider
+SDKs say, and reported on stderr. ``--alternative`` chooses
 which alternative of a multi-alternative response may act (see
 :mod:`processor.adapters.verdicts`).
 """
@@ -108,7 +110,7 @@ def adapt_stream(
     """Yield fragment events as the stream is read. A bad chunk or frame raises AdapterError;
     the caller then calls ``adapter.abort(reason)`` for the inert ``response.ended``."""
     from processor.adapters.bedrock import BedrockConverseAdapter  # noqa: PLC0415
-    from processor.adapters.sse import ProviderEventDecoder  # noqa: PLC0415
+    from processor.adapters.sse import DISCARDED_TAIL, ProviderEventDecoder  # noqa: PLC0415
     from processor.core.errors import AdapterError  # noqa: PLC0415
 
     head = stream.read(READ_SIZE)
@@ -130,6 +132,8 @@ def adapt_stream(
     for event in decoder.close():
         yield from adapter.feed(event)
     decoder.check()
+    if decoder.discarded_tail:  # as the SDKs do: an event the body cut is never dispatched
+        adapter.anomaly(DISCARDED_TAIL)
     yield from adapter.close()
 
 
@@ -167,6 +171,7 @@ def _adapt_command(args: argparse.Namespace) -> int:
 
 def _adapt(args: argparse.Namespace, stream: IO[bytes]) -> int:
     from processor.adapters.base import TurnContext  # noqa: PLC0415
+    from processor.adapters.sse import DISCARDED_TAIL  # noqa: PLC0415
     from processor.core.errors import AdapterError  # noqa: PLC0415
     from processor.core.events import encode  # noqa: PLC0415
 
@@ -197,6 +202,8 @@ def _adapt(args: argparse.Namespace, stream: IO[bytes]) -> int:
             emit(event)
     if failure is not None:
         print(f"processor adapt: {failure}", file=sys.stderr)
+    if DISCARDED_TAIL in adapter.anomalies:
+        print(f"processor adapt: {DISCARDED_TAIL} (as the provider SDKs do)", file=sys.stderr)
     if adapter.unknown_events:
         print(
             f"processor adapt: {adapter.unknown_events} unknown {adapter.provider} event(s) "

@@ -30,6 +30,8 @@ from processor.core.errors import AdapterError
 TextFormat = Literal["sse", "jsonl"]
 
 DONE_SENTINEL: Final = "[DONE]"
+DISCARDED_TAIL: Final = "the body ended inside an SSE event (no terminating blank line): discarded"
+"""The anomaly an adapter records when its body's last SSE event was cut (and discarded)."""
 _BOM: Final = "\ufeff"
 _EOL: Final = re.compile(r"\r\n|\r|\n")
 
@@ -53,9 +55,11 @@ class SseDecoder:
 
     Bytes must be UTF-8: where a browser would substitute U+FFFD, this raises
     :class:`AdapterError`, because a silently altered byte could change a tool argument.
-    ``flush()`` ends the body. Unlike a browser, it dispatches a final event that lacks its
-    terminating blank line (recorded bodies and several servers omit it); a genuinely cut event
-    then fails later, when its data is not the JSON object an adapter expects.
+    ``flush()`` ends the body. As the specification says (and as the provider SDKs' decoders do),
+    an event not terminated by a blank line when the body ends is discarded, never dispatched:
+    the body may have been cut inside it. Failing closed so, ``processor adapt`` reaches the
+    verdict the SDK tee reached on the same bytes (issue 29). :attr:`discarded` tells that it
+    happened.
     """
 
     def __init__(self) -> None:
@@ -67,20 +71,20 @@ class SseDecoder:
         self._data: list[str] = []
         self._has_data = False
         self._last_id: str | None = None
+        self.discarded = False
+        """The body ended inside an event (no terminating blank line): it was discarded."""
 
     def feed(self, chunk: bytes | str) -> list[SseEvent]:
         """Take the next slice of the body; return the events completed by it."""
         return self._consume(self._text(chunk, final=False))
 
     def flush(self) -> list[SseEvent]:
-        """The body is over: finish a last unterminated line and event."""
+        """The body is over: an unterminated last line and event are discarded (fail closed)."""
         events = self._consume(self._text(b"", final=True))
         if self._line:
             self._process_line(self._line)
             self._line = ""
-        event = self._dispatch()
-        if event is not None:
-            events.append(event)
+        self.discarded = self._dispatch() is not None
         return events
 
     def _text(self, chunk: bytes | str, *, final: bool) -> str:
@@ -159,7 +163,8 @@ class ProviderEventDecoder:
     """Incremental body → provider event dicts, for SSE and JSON-lines bodies alike.
 
     The format is detected from the first non-blank characters unless given. After an SSE
-    ``[DONE]`` the decoder is ``done`` and ignores the rest of the body. An unreadable payload
+    ``[DONE]`` the decoder is ``done`` and ignores the rest of the body. An SSE event cut by the
+    end of the body (no terminating blank line) is discarded (:attr:`discarded_tail`). An unreadable payload
     also makes it ``done``: its :class:`AdapterError` is raised at once when no good event
     precedes it in the same call, else by the next ``feed``/``close``/``check`` call.
     """
@@ -194,6 +199,11 @@ class ProviderEventDecoder:
         if self.format == "sse":
             return out + self._from_sse(self._sse.flush())
         return out + self._from_jsonl(self._jsonl_text(b"", final=True), final=True)
+
+    @property
+    def discarded_tail(self) -> bool:
+        """The SSE body ended inside an event, which was discarded (the SSE specification)."""
+        return self._sse.discarded
 
     def check(self) -> None:
         """Raise the AdapterError of an unreadable payload that followed the events returned."""

@@ -72,10 +72,27 @@ def test_multibyte_character_split_across_byte_chunks() -> None:
     ]
 
 
-def test_flush_dispatches_an_unterminated_last_event() -> None:
-    assert decode("data: a\n\ndata: b") == [SseEvent(None, "a", None), SseEvent(None, "b", None)]
-    assert decode("data: a\r") == [SseEvent(None, "a", None)]
+def test_an_event_the_end_of_the_body_cuts_is_discarded() -> None:
+    """Issue 29: as the SSE specification (and every provider SDK) says, an event not terminated
+    by a blank line when the body ends is never dispatched: the body may be cut inside it."""
+    assert decode("data: a\n\ndata: b") == [SseEvent(None, "a", None)]
+    assert decode("data: a\r") == []
+    assert decode("data: a\n") == []
+    assert decode("data: a\n\n") == [SseEvent(None, "a", None)]
+    decoder = SseDecoder()
+    assert decoder.feed("data: a\n\nevent: x\ndata: b\n") == [SseEvent(None, "a", None)]
+    assert decoder.flush() == [] and decoder.discarded
     assert SseDecoder().flush() == []
+
+
+def test_a_message_stop_without_its_blank_line_is_not_an_end() -> None:
+    """The bytes of issue 29: the last event, ``message_stop``, is not terminated."""
+    body = b'event: message_delta\ndata: {"type":"message_delta","delta":{}}\n\n'
+    body += b'event: message_stop\ndata: {"type":"message_stop"}'
+    decoder = ProviderEventDecoder()
+    events = decoder.feed(body) + decoder.close()
+    assert [e["type"] for e in events] == ["message_delta"]
+    assert decoder.discarded_tail
 
 
 @given(st.lists(st.integers(min_value=0, max_value=200), max_size=12))

@@ -8,6 +8,7 @@ Publishing onto the real broker, and the dispatches that follow, are tested in
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -145,3 +146,27 @@ async def test_an_unreadable_event_ends_the_response_inert_and_events_keep_flowi
     ends = [e for e in sink.events if e.type == "response.ended"]
     assert [(e.status.value, e.reason) for e in ends] == [("error", "bad_chunk")]
     assert not any(e.type == "call.ended" for e in sink.events)
+
+
+async def test_the_same_cut_bytes_reach_the_same_verdict_offline_and_through_the_sdk() -> None:
+    """Issue 29: a body whose last SSE event (``message_stop``) lacks its blank line. The
+    anthropic SDK drops that event (the SSE specification); ``processor adapt`` must too, so
+    offline replay reaches the verdict the live tee reached: incomplete, nothing can act."""
+    import httpx2
+    from anthropic.types import RawMessageStreamEvent
+
+    from processor.commands_adapt import adapt_stream
+
+    raw = (sdk.DATA / "anthropic/text-then-tool-use.sse").read_bytes().rstrip(b"\n")
+    assert raw.endswith(b'data: {"type":"message_stop"}')
+    stream = anthropic.AsyncStream(
+        cast_to=RawMessageStreamEvent,  # type: ignore[arg-type]
+        response=httpx2.Response(200, content=raw, headers={"content-type": "text/event-stream"}),
+        client=anthropic.AsyncAnthropic(api_key="test"),
+    )
+    teed_events, state = await teed(stream)
+    adapter = ADAPTERS["anthropic"](TURN)
+    offline = _plain(list(adapt_stream(io.BytesIO(raw), adapter)))
+    assert offline == teed_events
+    ends = [(e["status"], e["reason"]) for e in offline if e["type"] == "response.ended"]
+    assert ends == [("incomplete", "stream_cut")]
