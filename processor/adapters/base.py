@@ -2,8 +2,10 @@
 
 An adapter is pure and stateful per provider stream: ``feed(chunk)`` takes one provider event (a
 decoded JSON object, or its JSON text) and returns the fragment events it implies; ``close()``
-ends the stream and makes every call still open inert through ``response.ended``. Adapters name
-calls and cut their argument text into positioned deltas; they never assemble or judge arguments.
+ends the stream: it writes the ``completed`` verdicts held for the stream's end (a response's
+verdict is its stream's last word) and makes every call still open inert through
+``response.ended``. Adapters name calls and cut their argument text into positioned deltas; they
+never assemble or judge arguments.
 
 Failing closed is :class:`StreamAdapter`'s job, not each adapter's. A subclass reads one event in
 ``_read_event`` and ends its open responses in ``_end_open``; the base turns whatever goes wrong
@@ -152,6 +154,16 @@ class StreamAdapter(ABC):
         """How ``close()`` ends a response the stream cut short (no failure)."""
         return ResponseStatus.INCOMPLETE, self.cut_reason
 
+    def _settle(self) -> list[FragmentEvent]:
+        """The stream reached its end: write the verdicts held for it.
+
+        A protocol whose documented end is the end of the stream (Chat Completions' ``[DONE]``
+        or EOF, Gemini's last chunk, Bedrock's ``metadata`` then EOF) holds a normal stop's
+        ``completed`` until ``close()``, so a voiding event between the stop marker and the end
+        (an asynchronous content filter's verdict, an exception event) can still void it. The
+        default holds nothing (the protocol's end event is its stop marker)."""
+        return []
+
     # -- the interface -------------------------------------------------------------------
 
     def feed(self, chunk: dict[str, Any] | str | bytes) -> list[FragmentEvent]:
@@ -177,7 +189,9 @@ class StreamAdapter(ABC):
             raise self._unreadable(f"unreadable {self.unit} ({type(exc).__name__})") from None
 
     def close(self) -> list[FragmentEvent]:
-        """The stream is over: every call still open becomes inert via ``response.ended``.
+        """The stream is over: a response whose normal stop was held until the end of the
+        stream completes (:meth:`_settle`); every other call still open becomes inert via
+        ``response.ended``.
 
         Never raises: a response whose id the wire contract refuses is skipped (see
         :meth:`endable`)."""
@@ -186,7 +200,7 @@ class StreamAdapter(ABC):
         self._closed = True
         if self._failure_reason is not None:
             return self._end_open(ResponseStatus.ERROR, self._failure_reason)
-        return self._end_open(*self._cut_ending())
+        return self._settle() + self._end_open(*self._cut_ending())
 
     @staticmethod
     def endable(response_id: str) -> bool:

@@ -24,18 +24,30 @@ servers that copy the format (Groq, Mistral, GLM, vLLM, gateways):
   ``<id>~alt<i>``, whose calls are started and streamed (the ledger records them) but never
   ended, and whose ``response.ended`` is ``not_chosen`` / ``alternative``.
 * Terminals and verdicts. Chat Completions has no per-call terminal: a choice's
-  ``finish_reason`` is the end event of its calls and of its response, judged by
-  :data:`STOP_REASONS`. A normal reason (``tool_calls``, ``stop`` — a forced tool ends with
-  ``stop`` —, ``function_call``) ends every call of the chosen choice (a call that got no
-  argument text gets the delta ``{}``), then its response ``completed``. A voiding one
-  (``length``, ``content_filter``, any reason not in the table) ends the response with the
-  table's status and the raw reason, and its calls stay open and become inert. A mid-stream
-  ``error`` payload (HTTP 200) ends every open choice ``error``; ``close()`` ends every choice
-  that never finished (``error`` after a bad chunk, else ``incomplete`` / ``stream_cut``). A
-  choice first seen after every choice seen so far has finished is ignored (fail closed).
+  ``finish_reason`` is the end event of its calls, judged by :data:`STOP_REASONS`. A normal
+  reason (``tool_calls``, ``stop`` — a forced tool ends with ``stop`` —, ``function_call``) ends
+  every call of the chosen choice (a call that got no argument text gets the delta ``{}``), but
+  its response ends ``completed`` only at the stream's documented end, ``[DONE]`` or the end of
+  the body (``close()``), or when the next response of a concatenated stream starts: a
+  response's verdict is its stream's last word (issue 29). Until then a voiding tail event voids
+  it: Azure OpenAI's asynchronous content filter (``content_filter_results`` with ``filtered:
+  true``, or a later ``finish_reason: "content_filter"``), any later ``finish_reason`` that is
+  not the same normal one, tool-call, function-call or text content for the finished choice
+  (``after_stop``), an ``error`` payload. A voiding reason (``length``, ``content_filter``, any
+  reason not in the table) ends the response at once with the table's status and the raw
+  reason, and its calls stay open and become inert; ``content_filter_results`` with
+  ``filtered: true`` voids a choice whenever it comes (``failed`` / ``content_filter``). A
+  mid-stream ``error`` payload (HTTP 200) ends every open choice ``error``; ``close()`` ends
+  every choice that never finished (``error`` after a bad chunk, else ``incomplete`` /
+  ``stream_cut``). A choice first seen after every choice seen so far has finished is ignored
+  (fail closed).
+* The deprecated ``delta.function_call`` (``{name, arguments}``, ``finish_reason:
+  "function_call"``), still streamed by compatible servers, is one call per choice: item id
+  ``"<choice>:function_call"``, call id ``synthetic:<item_id>`` (the protocol gives none). It
+  ends like a tool call, at its choice's ``finish_reason``.
 
-Text, reasoning, refusals and usage are ignored. Custom (non-function) tool calls and the
-deprecated ``function_call`` delta are ignored with an anomaly. A payload with an unknown
+Text, reasoning, refusals and usage are ignored. Custom (non-function) tool calls are ignored
+with an anomaly. A payload with an unknown
 ``type`` and no ``choices`` carries no call data: it is ignored and counted
 (``unknown_events``). A chunk of the wrong structure
 raises :class:`AdapterError`; after that the adapter refuses further chunks and ``close()`` ends
@@ -52,6 +64,7 @@ from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields, shown
 from processor.adapters.providers import CHAT
 from processor.adapters.verdicts import (
+    AFTER_STOP,
     ALTERNATIVE,
     alternative_response_id,
     is_chosen,
@@ -61,6 +74,9 @@ from processor.core.events import FragmentEvent, ResponseStatus
 PROVIDER: Final = "openai-chat"
 
 _IMPLICIT: Final = "_"
+_LEGACY: Final = "function_call"
+"""The slot of the deprecated ``delta.function_call`` (one per choice)."""
+_CONTENT_FILTER: Final = "content_filter"
 
 _HARMLESS_TYPES: Final = frozenset({"ping", "keepalive"})
 STOP_REASONS: Final = CHAT.stops
@@ -68,6 +84,16 @@ _F: Final = Fields(PROVIDER)
 
 
 # --------------------------------------------------------------------------- small readers
+
+
+def _filtered(choice: dict[str, Any]) -> bool:
+    """Azure OpenAI: a ``content_filter_results`` category with ``filtered: true``."""
+    results = choice.get("content_filter_results")
+    if results is None:
+        return False
+    if not isinstance(results, dict):
+        raise _F.bad("field 'content_filter_results' is not an object")
+    return any(isinstance(r, dict) and r.get("filtered") is True for r in results.values())
 
 
 def _arguments(function: dict[str, Any]) -> str:
@@ -104,7 +130,10 @@ class _Choice:
     response_id: str
     chosen: bool
     finish: str | None = None
+    stopped: bool = False
+    """A normal ``finish_reason`` came; ``completed`` waits for the end of the stream."""
     ended: bool = False
+    """Its ``response.ended`` was written."""
     entries: list[_Entry] = field(default_factory=list)
     slots: dict[str, _Entry] = field(default_factory=dict)
     generations: dict[str, int] = field(default_factory=dict)
@@ -117,6 +146,13 @@ class _Response:
     chunk_id: str | None
     choices: dict[int, _Choice] = field(default_factory=dict)
     ended: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """Every choice seen stopped or ended: later content starts no choice."""
+        return self.ended or (
+            bool(self.choices) and all(c.stopped or c.ended for c in self.choices.values())
+        )
 
 
 class OpenAIChatAdapter(StreamAdapter):
@@ -151,6 +187,20 @@ class OpenAIChatAdapter(StreamAdapter):
         current.ended = True
         return out
 
+    def _settle(self) -> list[FragmentEvent]:
+        return self._settle_response(self._current) if self._current is not None else []
+
+    def _settle_response(self, response: _Response) -> list[FragmentEvent]:
+        """The stream ended: every choice that stopped normally ends ``completed``."""
+        out = [
+            self._end(response, choice, *STOP_REASONS.judge(choice.finish))
+            for choice in response.choices.values()
+            if choice.stopped and not choice.ended
+        ]
+        if all(c.ended for c in response.choices.values()):
+            response.ended = True
+        return out
+
     # -- routing ---------------------------------------------------------------------------
 
     def _read_event(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
@@ -169,8 +219,8 @@ class OpenAIChatAdapter(StreamAdapter):
             return []
         if not isinstance(choices, list):
             raise _F.bad("field 'choices' is not a list")
-        response = self._response_for(chunk, has_choices=bool(choices))
         out: list[FragmentEvent] = []
+        response = self._response_for(chunk, out, has_choices=bool(choices))
         for choice in choices:
             if not isinstance(choice, dict):
                 raise _F.bad("a choice is not an object")
@@ -178,15 +228,19 @@ class OpenAIChatAdapter(StreamAdapter):
                 out.extend(self._on_choice(response, choice))
         return out
 
-    def _response_for(self, chunk: dict[str, Any], *, has_choices: bool) -> _Response | None:
+    def _response_for(
+        self, chunk: dict[str, Any], out: list[FragmentEvent], *, has_choices: bool
+    ) -> _Response | None:
         chunk_id = _F.ident(chunk, "id", MAX_ID, "a chunk")
         current = self._current
-        if current is not None and (not current.ended or chunk_id in (None, current.chunk_id)):
+        if current is not None and (not current.finished or chunk_id in (None, current.chunk_id)):
             if chunk_id is not None and chunk_id != current.chunk_id:
                 self.anomaly("chunk id changed within a response")
             return current
         if not has_choices:
             return current
+        if current is not None:  # the next stream of a concatenation: the previous one ended
+            out.extend(self._settle_response(current))
         self._responses += 1
         response_id = chunk_id or f"chat-stream-{self._responses}"
         self._current = _Response(response_id, chunk_id)
@@ -197,7 +251,7 @@ class OpenAIChatAdapter(StreamAdapter):
     def _on_choice(self, response: _Response, raw: dict[str, Any]) -> list[FragmentEvent]:
         index = _F.opt(raw, "index", int, "a choice") or 0
         choice = response.choices.get(index)
-        if choice is None and not response.ended:
+        if choice is None and not response.finished:
             chosen = is_chosen(self.alternative, index)
             rid = response.response_id
             choice = _Choice(index, rid if chosen else alternative_response_id(rid, index), chosen)
@@ -205,20 +259,53 @@ class OpenAIChatAdapter(StreamAdapter):
         delta = _F.opt(raw, "delta", dict, "a choice") or {}
         tool_calls = _F.opt(delta, "tool_calls", list, "a delta") or []
         finish = _F.opt(raw, "finish_reason", str, "a choice")
-        if delta.get("function_call") is not None:
-            self.anomaly("deprecated function_call delta ignored")
+        legacy = _F.opt(delta, "function_call", dict, "a delta")
+        filtered = _filtered(raw)
         if choice is None or choice.ended:
-            if tool_calls or finish:
+            if tool_calls or finish or legacy:
                 self.anomaly("chunk after the choice finished ignored")
             return []
+        if choice.stopped:
+            return self._after_stop(response, choice, delta, finish, filtered)
         out: list[FragmentEvent] = []
         for entry in tool_calls:
             if not isinstance(entry, dict):
                 raise _F.bad("a tool call is not an object")
             out.extend(self._on_entry(response, choice, entry))
+        if legacy is not None:
+            out.extend(self._on_function_call(response, choice, legacy))
         if finish:
             out.extend(self._on_finish(response, choice, finish))
+        if filtered and not choice.ended:
+            self.anomaly("content_filter_results filtered the choice")
+            out.append(self._end(response, choice, ResponseStatus.FAILED, _CONTENT_FILTER))
         return out
+
+    def _after_stop(
+        self,
+        response: _Response,
+        choice: _Choice,
+        delta: dict[str, Any],
+        finish: str | None,
+        filtered: bool,
+    ) -> list[FragmentEvent]:
+        """A chunk for a choice that stopped normally, before the end of the stream: a voiding
+        tail event voids it (its calls ended and wait in the Assembler for the verdict)."""
+        if filtered:
+            self.anomaly("content_filter_results filtered the choice after its finish_reason")
+            return [self._end(response, choice, ResponseStatus.FAILED, _CONTENT_FILTER)]
+        if finish is not None and finish != choice.finish:
+            status, reason = STOP_REASONS.judge(finish)
+            if status is ResponseStatus.COMPLETED:
+                status, reason = ResponseStatus.ERROR, AFTER_STOP
+            self.anomaly("a second finish_reason after the choice stopped")
+            return [self._end(response, choice, status, reason)]
+        if delta.get("tool_calls") or delta.get("function_call") or delta.get("content"):
+            self.anomaly("content after the choice's finish_reason")
+            return [self._end(response, choice, ResponseStatus.ERROR, AFTER_STOP)]
+        if finish is not None:
+            self.anomaly("repeated finish_reason ignored")
+        return []
 
     def _on_entry(
         self, response: _Response, choice: _Choice, raw: dict[str, Any]
@@ -235,6 +322,20 @@ class OpenAIChatAdapter(StreamAdapter):
         choice.last = entry
         if call_id is not None and entry.call_id is None:
             entry.call_id = call_id
+        self._set_tool(entry, tool)
+        if text:
+            entry.held.append(text)
+        return self._release(response, entry)
+
+    def _on_function_call(
+        self, response: _Response, choice: _Choice, function: dict[str, Any]
+    ) -> list[FragmentEvent]:
+        """The deprecated ``delta.function_call``: the choice's one call, without an id."""
+        tool = _F.ident(function, "name", MAX_NAME, "a function_call")
+        text = _arguments(function)
+        entry = self._entry_for(choice, _LEGACY, None)
+        if entry.call_id is None:
+            entry.call_id = f"synthetic:{entry.item_id}"
         self._set_tool(entry, tool)
         if text:
             entry.held.append(text)
@@ -283,12 +384,16 @@ class OpenAIChatAdapter(StreamAdapter):
     # -- finishing -------------------------------------------------------------------------
 
     def _on_finish(self, response: _Response, choice: _Choice, finish: str) -> list[FragmentEvent]:
-        """The choice's end event: its verdict, and its calls' terminals when it is normal."""
+        """The choice's stop marker: its calls' terminals when it is normal, then its verdict:
+        a voiding one at once, ``completed`` held for the end of the stream."""
         choice.finish = finish
         status, reason = STOP_REASONS.judge(finish)
         out: list[FragmentEvent] = []
         for entry in choice.entries:
             out.extend(self._end_entry(response, entry, status is ResponseStatus.COMPLETED))
+        if status is ResponseStatus.COMPLETED:
+            choice.stopped = True
+            return out
         out.append(self._end(response, choice, status, reason))
         if all(c.ended for c in response.choices.values()):
             response.ended = True

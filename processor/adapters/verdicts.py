@@ -55,6 +55,8 @@ SPLICED: Final = "spliced"
 """A new response began while the previous one was open."""
 UNKNOWN: Final = "unknown"
 """A stop reason that is absent or not a short code."""
+AFTER_STOP: Final = "after_stop"
+"""Content (or a second, different stop) after the stop marker, before the stream's end."""
 
 ALTERNATIVE_SEPARATOR: Final = "~alt"
 

@@ -289,9 +289,9 @@ def test_several_choices_keep_their_calls_apart() -> None:
     # two alternatives: choice 0 acts (it completed), choice 1 is recorded, never acts
     assert assembled_calls(out) == [call("lookup", "call_x", "0:0", {"c": 0})]
     assert ended_call_ids(out) == ["call_x"]
-    assert response_endings(out) == [
-        ("chatcmpl-1", "completed", "tool_calls"),
+    assert response_endings(out) == [  # choice 0's completed waits for the end of the stream
         ("chatcmpl-1~alt1", "not_chosen", "alternative"),
+        ("chatcmpl-1", "completed", "tool_calls"),
     ]
     assert out[-1].type == "response.ended"
 
@@ -363,12 +363,145 @@ def test_chunk_without_choices_is_ignored() -> None:
     assert out == []
 
 
-def test_non_function_tool_call_and_legacy_function_call_are_ignored() -> None:
+def test_non_function_tool_call_is_ignored() -> None:
     custom = {"index": 0, "type": "custom", "custom": {"name": "x", "input": SECRET}}
-    legacy = {"id": "c", "choices": [{"index": 0, "delta": {"function_call": {"name": "f"}}}]}
-    adapter, out = run([chunk(custom), legacy])
+    adapter, out = run([chunk(custom)])
     assert [e.type for e in out] == ["response.ended"]
     assert "non-function tool call ignored" in adapter.anomalies
+
+
+# --------------------------------------------------------------------------- issue 29
+
+
+def legacy(function_call: dict[str, Any] | None = None, *, finish: str | None = None,
+           choice: int = 0, cid: str = "chatcmpl-1") -> dict[str, Any]:  # fmt: skip
+    """A chunk of the deprecated ``delta.function_call`` (openai-python
+    ``ChoiceDeltaFunctionCall``: ``name`` and ``arguments``, both optional)."""
+    delta: dict[str, Any] = {} if function_call is None else {"function_call": function_call}
+    return {"id": cid, "object": "chat.completion.chunk",
+            "choices": [{"index": choice, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+
+
+def test_legacy_function_call_is_assembled_as_one_call_per_choice() -> None:
+    """Issue 29 item 3: ``delta.function_call`` with ``finish_reason: "function_call"`` was
+    dropped without a trace; it is one call, with a synthetic id (the protocol has none)."""
+    adapter, out = run([
+        {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"role": "assistant",
+         "content": None, "function_call": {"name": "get_weather", "arguments": ""}}}]},
+        legacy({"arguments": '{"city":'}),
+        legacy({"arguments": ' "Paris"}'}),
+        legacy(finish="function_call"),
+    ])  # fmt: skip
+    assert assembled_calls(out) == [
+        call("get_weather", "synthetic:0:function_call", "0:function_call", {"city": "Paris"})
+    ]
+    assert response_endings(out) == [("chatcmpl-1", "completed", "function_call")]
+    assert adapter.anomalies == []
+
+
+def test_legacy_function_call_of_two_choices_only_the_chosen_acts() -> None:
+    _, out = run([
+        legacy({"name": "lookup", "arguments": '{"c":0}'}, choice=0),
+        legacy({"name": "lookup", "arguments": '{"c":1}'}, choice=1),
+        legacy(finish="function_call", choice=0),
+        legacy(finish="function_call", choice=1),
+    ])  # fmt: skip
+    assert assembled_calls(out) == [
+        call("lookup", "synthetic:0:function_call", "0:function_call", {"c": 0})
+    ]
+    assert sorted(e.call_id for e in out if isinstance(e, CallStarted)) == [
+        "synthetic:0:function_call", "synthetic:1:function_call"]  # fmt: skip
+
+
+def test_legacy_function_call_cut_by_length_is_inert() -> None:
+    _, out = run([legacy({"name": "lookup", "arguments": '{"q":'}), legacy(finish="length")])
+    assert assembled_calls(out) == []
+    assert response_endings(out) == [("chatcmpl-1", "incomplete", "length")]
+
+
+def azure_annotation(results: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    """Azure OpenAI's asynchronous filter: an annotation chunk after the content it judged
+    (``id`` empty, no ``delta``, ``content_filter_results`` and ``content_filter_offsets``)."""
+    return {"id": "", "object": "", "created": 0, "model": "", "system_fingerprint": None,
+            "choices": [{"index": 0, "finish_reason": finish, "content_filter_results": results,
+                         "content_filter_offsets": {"check_offset": 44, "start_offset": 44,
+                                                    "end_offset": 198}}]}  # fmt: skip
+
+
+SAFE = {c: {"filtered": False, "severity": "safe"}
+        for c in ("hate", "self_harm", "sexual", "violence")}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        azure_annotation({**SAFE, "violence": {"filtered": True, "severity": "high"}}),
+        azure_annotation({"protected_material_text": {"detected": True, "filtered": True}},
+                         finish="content_filter"),  # fmt: skip
+        azure_annotation({}, finish="content_filter"),
+    ],
+    ids=["filtered-true", "finish-content-filter", "finish-only"],
+)
+def test_azure_async_filter_after_tool_calls_voids_the_response(tail: dict[str, Any]) -> None:
+    """Issue 29 item 1: the asynchronous filter's verdict arrives after ``finish_reason:
+    "tool_calls"`` and before ``[DONE]``; the call must not dispatch."""
+    adapter = OpenAIChatAdapter(CTX)
+    out = adapter.feed(chunk(tc(0, id="call_a", name="transfer", args='{"amount": 10}')))
+    out += adapter.feed(chunk(finish="tool_calls"))
+    assert not any(e.type == "response.ended" for e in out)  # held for the stream's end
+    out += adapter.feed(azure_annotation(SAFE))  # a clean annotation voids nothing
+    out += adapter.feed(tail)
+    out += adapter.close()
+    assert ended_call_ids(out) == ["call_a"]
+    assert assembled_calls(out) == []
+    assert response_endings(out) == [("chatcmpl-1", "failed", "content_filter")]
+
+
+def test_a_clean_azure_annotation_and_usage_after_the_stop_keep_the_call() -> None:
+    _, out = run([
+        chunk(tc(0, id="call_a", name="lookup", args="{}")),
+        chunk(finish="tool_calls"),
+        azure_annotation(SAFE),
+        {"id": "chatcmpl-1", "choices": [], "usage": {"total_tokens": 3}},
+    ])  # fmt: skip
+    assert assembled_calls(out) == [call("lookup", "call_a", "0:0", {})]
+    assert response_endings(out) == [("chatcmpl-1", "completed", "tool_calls")]
+
+
+@pytest.mark.parametrize(
+    ("tail", "ending"),
+    [
+        (chunk(tc(1, id="call_b", name="lookup", args="{}")), ("error", "after_stop")),
+        (legacy({"name": "lookup", "arguments": "{}"}), ("error", "after_stop")),
+        (chunk(content="more text"), ("error", "after_stop")),
+        (chunk(finish="length"), ("incomplete", "length")),
+        (chunk(finish="stop"), ("error", "after_stop")),
+        ({"error": {"code": "server_error", "message": "x"}}, ("error", "server_error")),
+    ],
+    ids=["tool-call", "function-call", "text", "length", "another-normal", "error"],
+)
+def test_anything_voiding_after_the_stop_and_before_done_voids_it(
+    tail: dict[str, Any], ending: tuple[str, str]
+) -> None:
+    _, out = run([chunk(tc(0, id="call_a", name="lookup", args="{}")),
+                  chunk(finish="tool_calls"), tail])  # fmt: skip
+    assert assembled_calls(out) == []
+    assert response_endings(out) == [("chatcmpl-1", *ending)]
+
+
+def test_a_repeated_finish_reason_is_harmless() -> None:
+    adapter, out = run([chunk(tc(0, id="call_a", name="lookup", args="{}")),
+                        chunk(finish="tool_calls"), chunk(finish="tool_calls")])  # fmt: skip
+    assert assembled_calls(out) == [call("lookup", "call_a", "0:0", {})]
+    assert "repeated finish_reason ignored" in adapter.anomalies
+
+
+def test_a_filtered_choice_before_its_finish_is_voided_at_once() -> None:
+    tagged = chunk(tc(0, id="call_a", name="lookup", args="{}"))
+    tagged["choices"][0]["content_filter_results"] = {"hate": {"filtered": True}}
+    _, out = run([tagged, chunk(finish="tool_calls")])
+    assert assembled_calls(out) == []
+    assert response_endings(out) == [("chatcmpl-1", "failed", "content_filter")]
 
 
 # --------------------------------------------------------------------------- bad chunks
