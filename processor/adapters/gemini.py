@@ -30,8 +30,11 @@ response counter; ``item_id`` is the call's position in its response; ``call_id`
 numbers, so deltas take arrival order.
 
 Verdicts (one rule, :mod:`processor.adapters.verdicts`): :data:`STOP_REASONS` judges each
-candidate's ``finishReason``; only ``STOP`` ends it ``completed``, every other reason (and a
-reason not in the table) voids it with the raw reason; a blocked prompt ends it ``failed`` with
+candidate's ``finishReason``; only ``STOP`` ends it ``completed``, and only at the end of the
+stream (``close()``: the last chunk is Gemini's documented end) or when the next response of a
+concatenated stream starts; until then another ``finishReason``, content for the candidate
+(``after_stop``), an error chunk or a blocked prompt voids it (issue 29). Every other reason
+(and a reason not in the table) voids it at once with the raw reason; a blocked prompt ends it ``failed`` with
 the ``blockReason``; an ``error`` chunk ends it ``failed`` with the error status. An implicit
 terminal is trusted only once the model has moved on (a later part) or the candidate finished
 with ``STOP``; a call whose part arrives in the same chunk as a voiding ``finishReason`` (a whole
@@ -65,6 +68,7 @@ from processor.adapters.base import OpenCall, StreamAdapter, TurnContext
 from processor.adapters.fields import MAX_NAME, Fields, shown
 from processor.adapters.providers import GEMINI
 from processor.adapters.verdicts import (
+    AFTER_STOP,
     ALTERNATIVE,
     ARGUMENTS_MISMATCH,
     alternative_response_id,
@@ -323,7 +327,10 @@ class _Response:
     deferred: list[OpenCall] = field(default_factory=list)
     # provider call id → (tool, whole args text) of a whole call, or the streamed call itself
     known_ids: dict[str, tuple[str, str] | OpenCall] = field(default_factory=dict)
+    stopped: str | None = None
+    """The normal ``finishReason`` seen; ``completed`` waits for the end of the stream."""
     finished: bool = False
+    """Its ``response.ended`` was written."""
 
     @property
     def unterminated(self) -> int:
@@ -342,6 +349,13 @@ class _Group:
     @property
     def finished(self) -> bool:
         return bool(self.candidates) and all(c.finished for c in self.candidates.values())
+
+    @property
+    def stopped(self) -> bool:
+        """Every candidate stopped or finished: a new ``responseId`` starts the next stream."""
+        return bool(self.candidates) and all(
+            c.finished or c.stopped is not None for c in self.candidates.values()
+        )
 
 
 class GeminiAdapter(StreamAdapter):
@@ -375,6 +389,18 @@ class GeminiAdapter(StreamAdapter):
         ]
         return out
 
+    def _settle(self) -> list[FragmentEvent]:
+        return self._settle_group(self._current) if self._current is not None else []
+
+    def _settle_group(self, group: _Group) -> list[FragmentEvent]:
+        """The stream ended after the last chunk: every candidate that stopped with a normal
+        ``finishReason`` ends ``completed`` (issue 29: the stream's last word decides)."""
+        return [
+            self._finish(group, resp, *STOP_REASONS.judge(resp.stopped))
+            for resp in group.candidates.values()
+            if resp.stopped is not None and not resp.finished
+        ]
+
     # -- chunks ----------------------------------------------------------------------------
 
     def _read_event(self, chunk: dict[str, Any]) -> list[FragmentEvent]:
@@ -388,7 +414,8 @@ class GeminiAdapter(StreamAdapter):
         if not candidates and blocked is None:
             return []
         out: list[FragmentEvent] = []
-        group = self._group_for(provider_id, out)
+        content = any(_parts(c) for _, c in candidates)
+        group = self._group_for(provider_id, out, content=content)
         if group is None:
             return out
         if not candidates:
@@ -403,6 +430,9 @@ class GeminiAdapter(StreamAdapter):
             if resp.finished:
                 self.anomaly("chunk for a candidate that already finished ignored")
                 continue
+            if resp.stopped is not None:
+                out.extend(self._after_stop(group, resp, candidate))
+                continue
             try:
                 self._candidate(group, resp, candidate, out)
             except PartialArgsError as exc:
@@ -416,13 +446,23 @@ class GeminiAdapter(StreamAdapter):
         resp = group.candidates[index] = _Response(response_id=rid, chosen=chosen)
         return resp
 
-    def _group_for(self, provider_id: str | None, out: list[FragmentEvent]) -> _Group | None:
+    def _group_for(
+        self, provider_id: str | None, out: list[FragmentEvent], *, content: bool
+    ) -> _Group | None:
+        """The response a chunk belongs to. After every candidate stopped, a chunk with another
+        ``responseId`` (or, when the provider names none, with content) starts the next one;
+        the same ``responseId``, or a chunk without one nor content, is the stopped one's tail."""
         current = self._current
         if current is not None and not current.finished:
-            if provider_id is None or provider_id == current.provider_id:
+            if provider_id is not None and provider_id == current.provider_id:
                 return current
-            self.anomaly("a new responseId arrived before finishReason")
-            out.extend(self._end_open(ResponseStatus.INCOMPLETE, "superseded"))
+            if provider_id is None and not (current.stopped and content):
+                return current
+            if current.stopped:  # the next stream of a concatenation: the previous one ended
+                out.extend(self._settle_group(current))
+            else:
+                self.anomaly("a new responseId arrived before finishReason")
+                out.extend(self._end_open(ResponseStatus.INCOMPLETE, "superseded"))
         if provider_id is not None and provider_id in self._finished_ids:
             self.anomaly("chunk ignored: its response already finished")
             return None
@@ -617,12 +657,35 @@ class GeminiAdapter(StreamAdapter):
     # -- the end of a response -------------------------------------------------------------
 
     def _finish_reason(self, group: _Group, resp: _Response, finish: str) -> list[FragmentEvent]:
+        """The candidate's stop marker: a voiding verdict at once, ``completed`` held for the
+        end of the stream (a later chunk may still void it)."""
         status, reason = STOP_REASONS.judge(finish)
-        out: list[FragmentEvent] = []
-        if status is ResponseStatus.COMPLETED and resp.chosen:
-            out.extend(self._flush(resp))
-        out.append(self._finish(group, resp, status, reason))
+        if status is not ResponseStatus.COMPLETED:
+            return [self._finish(group, resp, status, reason)]
+        out: list[FragmentEvent] = self._flush(resp) if resp.chosen else []
+        resp.stopped = finish
         return out
+
+    def _after_stop(
+        self, group: _Group, resp: _Response, candidate: dict[str, Any]
+    ) -> list[FragmentEvent]:
+        """A chunk for a candidate that stopped normally, before the end of the stream: another
+        ``finishReason`` or any content voids it; the same ``finishReason`` again is harmless."""
+        finish = candidate.get("finishReason")
+        if finish is not None and not isinstance(finish, str):
+            raise _F.bad("finishReason is not a string")
+        if finish is not None and finish != resp.stopped:
+            status, reason = STOP_REASONS.judge(finish)
+            if status is ResponseStatus.COMPLETED:
+                status, reason = ResponseStatus.ERROR, AFTER_STOP
+            self.anomaly("a second finishReason after the candidate stopped")
+            return [self._finish(group, resp, status, reason)]
+        if any(
+            part.get("functionCall") is not None or part.get("text") for part in _parts(candidate)
+        ):
+            self.anomaly("content after the candidate's finishReason")
+            return [self._finish(group, resp, ResponseStatus.ERROR, AFTER_STOP)]
+        return []
 
     def _finish(
         self, group: _Group, resp: _Response, status: ResponseStatus, reason: str

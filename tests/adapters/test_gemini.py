@@ -925,3 +925,62 @@ def test_whole_args_that_contradict_the_partials_after_the_terminal_end_the_resp
     events, _ = run(stream)
     assert ended_call_ids(events) == ["c1"]
     assert response_endings(events) == [("r1", "error", "arguments_mismatch")]
+
+
+# --------------------------------------------------------------------------- issue 29
+
+
+def test_stop_is_completed_only_at_the_end_of_the_stream() -> None:
+    adapter = GeminiAdapter(CTX)
+    out = adapter.feed(chunk(fc(name="lookup", args={"q": 1}), finish="STOP"))
+    assert not any(isinstance(e, ResponseEnded) for e in out)  # held: a later chunk may void it
+    out += adapter.feed({"usageMetadata": {"totalTokenCount": 9}, "responseId": "r1"})
+    out += adapter.close()
+    assert calls(out) == [("lookup", {"q": 1})]
+    assert response_endings(out) == [("r1", "completed", "STOP")]
+
+
+@pytest.mark.parametrize(
+    ("tail", "ending"),
+    [
+        ({"error": {"code": 503, "status": "UNAVAILABLE", "message": "x"}},
+         ("failed", "UNAVAILABLE")),  # fmt: skip
+        (chunk(finish="SAFETY"), ("failed", "SAFETY")),
+        (chunk(fc(name="lookup", args={"q": 2})), ("error", "after_stop")),
+        (chunk({"text": "more"}), ("error", "after_stop")),
+        ({"responseId": "r1", "promptFeedback": {"blockReason": "SAFETY"}}, ("failed", "SAFETY")),
+    ],
+    ids=["error-chunk", "another-finish-reason", "call-after-stop", "text-after-stop", "blocked"],
+)
+def test_a_voiding_chunk_after_stop_voids_the_response(
+    tail: dict[str, Any], ending: tuple[str, str]
+) -> None:
+    """Issue 29 item 1: the last chunk is Gemini's end; anything voiding before it voids."""
+    out, _ = run([chunk(fc(name="transfer", args={"amount": 10}), finish="STOP"), tail])
+    assert ended_call_ids(out) != []  # the call ended; it waits for the verdict
+    assert calls(out) == []
+    assert response_endings(out) == [("r1", *ending)]
+
+
+def test_a_repeated_stop_and_usage_after_stop_keep_the_call() -> None:
+    out, _ = run([chunk(fc(name="lookup", args={}), finish="STOP"), chunk(finish="STOP"),
+                  {"responseId": "r1", "usageMetadata": {"totalTokenCount": 3}}])  # fmt: skip
+    assert calls(out) == [("lookup", {})]
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"executableCode": {"language": "PYTHON", "code": "print(1)"}},
+        {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "1\n"}},
+        {"toolCall": {"id": "t1", "toolType": "GOOGLE_SEARCH_WEB", "args": {"q": "x"}}},
+        {"toolResponse": {"id": "t1", "toolType": "GOOGLE_SEARCH_WEB", "response": {}}},
+    ],
+    ids=["executableCode", "codeExecutionResult", "toolCall", "toolResponse"],
+)
+def test_built_in_tools_never_become_calls(part: dict[str, Any]) -> None:
+    """Issue 29 item 2: Gemini's built-ins (code execution, server-side ``toolCall``) are run
+    by Google; only ``functionCall`` parts are client calls (fail closed: the allowlist)."""
+    out, _ = run([chunk(part, finish="STOP")])
+    assert not any(isinstance(e, CallStarted) for e in out)
+    assert response_endings(out) == [("r1", "completed", "STOP")]
