@@ -7,19 +7,28 @@ Input is the event dicts boto3's ``converse_stream()`` yields (one key per event
   deterministically from the turn and this adapter's message counter (a reconnect replay through
   a fresh adapter gets the same ids).
 * ``contentBlockStart`` with ``start.toolUse{toolUseId, name}`` opens a call: ``item_id`` is the
-  ``contentBlockIndex``, ``call_id`` the ``toolUseId``. Text blocks have no start event.
+  ``contentBlockIndex``, ``call_id`` the ``toolUseId``. Text blocks have no start event. A
+  ``toolUse`` start with a ``type`` (``server_tool_use``: a system tool Bedrock runs itself,
+  answered by a ``toolResult`` block in the model's own output) and a ``toolResult`` start are
+  provider-side blocks: no call starts, their deltas are ignored, so they never reach
+  ``dispatch`` (fail closed: any ``type`` at all, known or not, is not a client call).
 * ``contentBlockDelta`` with ``delta.toolUse.input`` is argument text (arrival order gives
   ``seq``); ``delta.text`` and other kinds are not published.
 * ``contentBlockStop`` is the call's terminal. A call that received no input gets the delta
   ``{}``.
-* ``messageStop{stopReason}`` is the provider's end event; :data:`STOP_REASONS` judges the
-  reason (one rule, :mod:`processor.adapters.verdicts`): ``end_turn``, ``tool_use`` and
-  ``stop_sequence`` end the response ``completed``; ``max_tokens``, a guardrail, a content
-  filter, malformed output and any reason not in the table void it, with the raw reason.
-  ``metadata`` (usage) is ignored.
+* ``messageStop{stopReason}`` is the stop marker; :data:`STOP_REASONS` judges the reason (one
+  rule, :mod:`processor.adapters.verdicts`): ``max_tokens``, a guardrail, a content filter,
+  malformed output and any reason not in the table void the response at once, with the raw
+  reason. ``end_turn``, ``tool_use`` and ``stop_sequence`` are normal, but the response ends
+  ``completed`` only at the stream's documented end, ``metadata`` then the end of the stream
+  (``close()``), or when the next ``messageStart`` of a concatenated stream follows that
+  ``metadata`` (issue 29). A stream that ends after ``messageStop`` without ``metadata`` ends
+  ``incomplete`` / ``stream_cut``.
 * ``…Exception`` events (and an eventstream ``error`` frame) end the response ``error``, the
-  reason being the exception's name. Content outside a message (after an exception or a
-  ``messageStop``) is ignored.
+  reason being the exception's name, also after ``messageStop`` (``serviceUnavailableException``
+  and the others can come instead of ``metadata``; the gateway's retry would otherwise run the
+  call twice). Content after ``messageStop`` voids the response (``error`` / ``after_stop``);
+  content outside a message (after an exception) is ignored.
 
 A block's ``contentBlockStop`` is trusted once the model has moved on (a later block starts or
 streams) or the message stopped normally. Under a voiding ``stopReason`` the last stopped block
@@ -49,6 +58,7 @@ from processor.adapters.eventstream import (
 )
 from processor.adapters.fields import MAX_ID, MAX_NAME, Fields
 from processor.adapters.providers import BEDROCK
+from processor.adapters.verdicts import AFTER_STOP
 from processor.core.errors import AdapterError
 from processor.core.events import FragmentEvent, ResponseStatus
 
@@ -64,11 +74,23 @@ class _InertError(AdapterError):
     reason = "protocol_violation"
 
 
+class _AfterStopError(_InertError):
+    """Content after ``messageStop``: the response ends ``error`` / ``after_stop``."""
+
+    reason = AFTER_STOP
+
+
 @dataclass
 class _Message:
     response_id: str
     calls: dict[int, OpenCall] = field(default_factory=dict)
     stopped_unconfirmed: list[OpenCall] = field(default_factory=list)
+    provider_blocks: set[int] = field(default_factory=set)
+    """Blocks of provider-side tools (``server_tool_use``, ``toolResult``): never calls."""
+    stop_reason: str | None = None
+    """The normal ``stopReason`` of ``messageStop``; ``completed`` waits for the stream's end."""
+    metadata: bool = False
+    """``metadata`` came after ``messageStop``: the stream's end may complete the message."""
     finished: bool = False
 
     @property
@@ -99,7 +121,7 @@ class BedrockConverseAdapter(StreamAdapter):
             "contentBlockDelta": self._block_delta,
             "contentBlockStop": self._block_stop,
             "messageStop": self._message_stop,
-            "metadata": lambda _body: [],
+            "metadata": self._metadata,
         }
 
     # -- entry points ----------------------------------------------------------------------
@@ -124,6 +146,14 @@ class BedrockConverseAdapter(StreamAdapter):
         if message is None or message.finished or not self.endable(message.response_id):
             return []
         return [self._finish(message, status, reason)]
+
+    def _settle(self) -> list[FragmentEvent]:
+        """The stream ended: a message stopped normally and followed by ``metadata`` completes
+        (without ``metadata`` it is left to the cut ending)."""
+        message = self._message
+        if message is None or message.finished or not message.metadata:
+            return []
+        return [self._finish(message, *STOP_REASONS.judge(message.stop_reason))]
 
     # -- events ----------------------------------------------------------------------------
 
@@ -154,9 +184,16 @@ class BedrockConverseAdapter(StreamAdapter):
 
     def _message_start(self, _body: dict[str, Any]) -> list[FragmentEvent]:
         out: list[FragmentEvent] = []
-        if self._message is not None and not self._message.finished:
-            self.anomaly("messageStart before the previous messageStop")
-            out.append(self._finish(self._message, ResponseStatus.INCOMPLETE, "superseded"))
+        previous = self._message
+        if previous is not None and not previous.finished:
+            if previous.metadata:  # the next stream of a concatenation: the previous one ended
+                out.extend(self._settle())
+            elif previous.stop_reason is not None:
+                self.anomaly("messageStart after messageStop without metadata")
+                out.append(self._finish(previous, *self._cut_ending()))
+            else:
+                self.anomaly("messageStart before the previous messageStop")
+                out.append(self._finish(previous, ResponseStatus.INCOMPLETE, "superseded"))
         self._open_message()
         return out
 
@@ -165,10 +202,13 @@ class BedrockConverseAdapter(StreamAdapter):
         return self._message
 
     def _live_message(self) -> _Message | None:
-        """The open message; content outside one (after an exception, say) is ignored."""
+        """The open message; content outside one (after an exception, say) is ignored, and
+        content after its ``messageStop`` voids it (``after_stop``)."""
         if self._message is None or self._message.finished:
             self.anomaly("content outside a message ignored")
             return None
+        if self._message.stop_reason is not None:
+            raise _AfterStopError("after_stop", "content after messageStop")
         return self._message
 
     # -- content blocks --------------------------------------------------------------------
@@ -181,10 +221,16 @@ class BedrockConverseAdapter(StreamAdapter):
         out = self._confirm_stopped(message)
         start = body.get("start")
         tool_use = start.get("toolUse") if isinstance(start, dict) else None
+        if isinstance(start, dict) and start.get("toolResult") is not None:
+            return out + self._provider_block(message, index, "toolResult")
         if tool_use is None:
             return out
         if not isinstance(tool_use, dict):
             raise _F.bad("start.toolUse is not an object")
+        if tool_use.get("type") is not None:  # server_tool_use, or a type not known: not ours
+            return out + self._provider_block(message, index, "toolUse with a type")
+        if index in message.provider_blocks:
+            raise _InertError("identity_conflict", "a client toolUse at a provider block's index")
         tool = _F.text(tool_use, "name", MAX_NAME, "toolUse")
         call_id = _F.text(tool_use, "toolUseId", MAX_ID, "toolUse")
         existing = message.calls.get(index)
@@ -195,6 +241,14 @@ class BedrockConverseAdapter(StreamAdapter):
         call = OpenCall(message.response_id, str(index), call_id, tool)
         message.calls[index] = call
         return [*out, self.started(call)]
+
+    def _provider_block(self, message: _Message, index: int, kind: str) -> list[FragmentEvent]:
+        """A provider-side tool's block: recorded so its deltas are ignored; never a call."""
+        if index in message.calls:
+            raise _InertError("identity_conflict", "a provider block at a client call's index")
+        message.provider_blocks.add(index)
+        self.anomaly(f"provider-side tool block ({kind}) not dispatched")
+        return []
 
     def _repeated_start(self, call: OpenCall, tool: str, call_id: str) -> list[FragmentEvent]:
         if (call.tool, call.call_id) != (tool, call_id):
@@ -211,6 +265,8 @@ class BedrockConverseAdapter(StreamAdapter):
         delta = body.get("delta")
         if not isinstance(delta, dict):
             raise _F.bad("contentBlockDelta without a delta object")
+        if index in message.provider_blocks:
+            return out
         tool_use = delta.get("toolUse")
         if tool_use is None:
             call = message.calls.get(index)
@@ -265,12 +321,23 @@ class BedrockConverseAdapter(StreamAdapter):
         if message is None or message.finished:
             self.anomaly("messageStop outside a message ignored")
             return []
+        if message.stop_reason is not None:
+            raise _AfterStopError("after_stop", "a second messageStop")
         status, reason = STOP_REASONS.judge(body.get("stopReason"))
-        out: list[FragmentEvent] = []
-        if status is ResponseStatus.COMPLETED:
-            out.extend(self._confirm_stopped(message))
-        out.append(self._finish(message, status, reason))
-        return out
+        if status is not ResponseStatus.COMPLETED:
+            return [self._finish(message, status, reason)]
+        message.stop_reason = reason  # completed only at metadata, then the end of the stream
+        return self._confirm_stopped(message)
+
+    def _metadata(self, _body: dict[str, Any]) -> list[FragmentEvent]:
+        message = self._message
+        if message is None or message.finished or message.stop_reason is None:
+            self.anomaly("metadata outside a stopped message ignored")
+            return []
+        if message.metadata:
+            self.anomaly("repeated metadata ignored")
+        message.metadata = True
+        return []
 
     def _finish(self, message: _Message, status: ResponseStatus, reason: str) -> FragmentEvent:
         inert = message.unterminated

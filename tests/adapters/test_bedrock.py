@@ -77,6 +77,10 @@ def message_stop(reason: str) -> dict[str, Any]:
     return {"messageStop": {"stopReason": reason}}
 
 
+METADATA: dict[str, Any] = {"metadata": {"usage": {"inputTokens": 1, "outputTokens": 2}}}
+"""The documented end of a ConverseStream: ``metadata`` after ``messageStop``, then EOF."""
+
+
 def one_call(*inputs: str, stop: str = "tool_use") -> list[dict[str, Any]]:
     return [
         message_start(),
@@ -84,6 +88,7 @@ def one_call(*inputs: str, stop: str = "tool_use") -> list[dict[str, Any]]:
         *[tool_input(0, text) for text in inputs],
         block_stop(0),
         message_stop(stop),
+        METADATA,
     ]
 
 
@@ -167,6 +172,7 @@ def test_interleaved_parallel_tool_blocks() -> None:
         tool_input(2, 'me"}'),
         block_stop(2),
         message_stop("tool_use"),
+        METADATA,
     ]
     events, adapter = run(stream)
     got = assembled_calls(events)
@@ -265,6 +271,7 @@ def test_exception_mid_call_fails_the_response(exception: str) -> None:
         "content outside a message ignored",
         "content outside a message ignored",
         "messageStop outside a message ignored",
+        "metadata outside a stopped message ignored",
     ]
 
 
@@ -296,6 +303,7 @@ def test_duplicated_start_and_stop_are_ignored() -> None:
         block_stop(0),
         tool_input(0, "extra"),
         message_stop("tool_use"),
+        METADATA,
     ]
     events, adapter = run(stream)
     assert calls(events) == [("run", {"a": 1})]
@@ -365,18 +373,30 @@ def test_content_outside_a_message_is_ignored() -> None:
     assert adapter.anomalies == [
         *["content outside a message ignored"] * 3,
         "messageStop outside a message ignored",
+        "metadata outside a stopped message ignored",
     ]
 
 
-def test_metadata_after_message_stop_is_ignored() -> None:
-    stream = [*one_call("{}"), {"metadata": {"usage": {"inputTokens": 1}}}]
-    events, adapter = run(stream)
+def test_metadata_after_message_stop_then_the_end_completes_the_message() -> None:
+    adapter = BedrockConverseAdapter(CTX)
+    events: list[FragmentEvent] = []
+    for event in one_call("{}"):
+        events += adapter.feed(event)
+    assert not any(isinstance(e, ResponseEnded) for e in events)  # held for the stream's end
+    events += adapter.close()
     assert calls(events) == [("run", {})]
+    assert response_endings(events)[0][1:] == ("completed", "tool_use")
     assert adapter.anomalies == []
 
 
+def test_a_stream_that_ends_after_message_stop_without_metadata_is_cut() -> None:
+    events, _ = run(one_call("{}")[:-1])
+    assert calls(events) == []
+    assert response_endings(events)[0][1:] == ("incomplete", "stream_cut")
+
+
 def test_close_without_message_stop() -> None:
-    events, _ = run(one_call('{"a":1}')[:-1])
+    events, _ = run(one_call('{"a":1}')[:-2])
     assert calls(events) == []
     assert response_endings(events)[0][1] == "incomplete"
 
@@ -468,8 +488,10 @@ def test_body_cut_inside_the_message_stop_frame() -> None:
 
 
 def test_body_cut_inside_the_trailing_metadata_frame() -> None:
+    """``metadata`` then EOF is the documented end (issue 29): a cut metadata frame is not."""
     events, adapter = run_bytes(RAW[:-10])
-    assert calls(events) == [("get_temperature", {"city": "Paris"})]
+    assert calls(events) == []
+    assert response_endings(events)[0][1:] == ("incomplete", "stream_cut")
     assert "the eventstream body ended inside a frame" in adapter.anomalies
 
 
@@ -552,3 +574,33 @@ def test_a_delta_of_another_kind_in_a_tool_block_withholds_the_call() -> None:
     events, _ = run(stream)
     assert ended_call_ids(events) == []
     assert response_endings(events)[0][1:] == ("completed", "tool_use")
+
+
+# --------------------------------------------------------------------------- issue 29
+
+
+@pytest.mark.parametrize("kind", ["server_tool_use", "brand_new_tool_kind"])
+def test_a_tool_use_start_with_a_type_is_never_a_call(kind: str) -> None:
+    """botocore's ``ToolUseBlockStart.type`` (enum ``server_tool_use``): a system tool Bedrock
+    runs. Fail closed: a ``type`` the adapter does not know is not a client call either."""
+    start = {"contentBlockStart": {"contentBlockIndex": 0, "start": {"toolUse": {
+        "toolUseId": "tu-s", "name": "run", "type": kind}}}}  # fmt: skip
+    stream = [message_start(), start, tool_input(0, '{"a":1}'), block_stop(0),
+              message_stop("end_turn"), METADATA]  # fmt: skip
+    events, adapter = run(stream)
+    assert [type(e) for e in events] == [ResponseEnded]
+    assert response_endings(events)[0][1:] == ("completed", "end_turn")
+    assert "provider-side tool block (toolUse with a type) not dispatched" in adapter.anomalies
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [block_start(1, "run", "tu-2"), tool_input(0, "x"), block_stop(0), message_stop("tool_use")],
+    ids=["start", "delta", "stop", "second-message-stop"],
+)
+def test_content_after_message_stop_voids_the_message(tail: dict[str, Any]) -> None:
+    stream = one_call('{"a":1}')
+    stream.insert(-1, tail)
+    events, _ = run(stream)
+    assert calls(events) == []
+    assert response_endings(events)[0][1:] == ("error", "after_stop")

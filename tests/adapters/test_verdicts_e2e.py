@@ -225,3 +225,67 @@ def test_every_provider_dispatches_only_after_its_normal_end_event(
     assert len(dispatches) == 1
     cut, _ = pipeline(cls(CTX), copy.deepcopy(stream[:-1]))
     assert cut == []
+
+
+# --------------------------------------------------------------------------- issue 29
+
+
+def test_chat_azure_async_filter_after_tool_calls_never_dispatches() -> None:
+    """Azure OpenAI's asynchronous filter: its verdict follows ``finish_reason: "tool_calls"``
+    and precedes ``[DONE]`` (the end of the stream). The call is voided, visibly."""
+    stream = [chat.chunk(chat.tc(0, id="call_a", name="transfer", args='{"amount": 10}')),
+              chat.chunk(finish="tool_calls"),
+              chat.azure_annotation({"violence": {"filtered": True, "severity": "high"}},
+                                    finish="content_filter")]  # fmt: skip
+    dispatches, ledger = pipeline(OpenAIChatAdapter(CTX), stream)
+    assert dispatches == []
+    assert voided(ledger) == [("call_a", "response_failed", "content_filter")]
+
+
+@pytest.mark.parametrize(
+    "exception",
+    ["serviceUnavailableException", "internalServerException", "modelStreamErrorException",
+     "throttlingException", "validationException"],  # fmt: skip
+)
+@pytest.mark.parametrize("after_metadata", [False, True], ids=["instead-of-metadata", "after"])
+def test_bedrock_exception_after_message_stop_never_dispatches(
+    exception: str, after_metadata: bool
+) -> None:
+    """After ``messageStop`` the stream can end with an exception event instead of (or after)
+    ``metadata``; the gateway's retry would run the call a second time."""
+    stream = bedrock.one_call('{"amount": 10}')
+    if not after_metadata:
+        stream = stream[:-1]
+    stream.append({exception: {"message": "x"}})
+    dispatches, ledger = pipeline(BedrockConverseAdapter(CTX), stream)
+    assert dispatches == []
+    assert [(c, p) for c, _, p in voided(ledger)] == [("tu-1", exception)]
+
+
+def test_bedrock_server_tool_use_never_reaches_dispatch() -> None:
+    """A ``toolUse`` start with ``type: "server_tool_use"`` is a system tool Bedrock runs
+    itself (answered by a ``toolResult`` block); the client tool of the same name must not run."""
+    b = bedrock
+    server = {"contentBlockStart": {"contentBlockIndex": 0, "start": {"toolUse": {
+        "toolUseId": "tu-s", "name": "transfer", "type": "server_tool_use"}}}}  # fmt: skip
+    result = {"contentBlockStart": {"contentBlockIndex": 1, "start": {"toolResult": {
+        "toolUseId": "tu-s", "type": "server_tool_use", "status": "success"}}}}  # fmt: skip
+    result_delta = {"contentBlockDelta": {"contentBlockIndex": 1,
+                                          "delta": {"toolResult": [{"text": "done"}]}}}  # fmt: skip
+    stream = [b.message_start(), server, b.tool_input(0, '{"amount": 10}'), b.block_stop(0),
+              result, result_delta, b.block_stop(1),
+              b.block_start(2, "lookup", "tu-c"), b.tool_input(2, "{}"), b.block_stop(2),
+              b.message_stop("tool_use"), b.METADATA]  # fmt: skip
+    adapter = BedrockConverseAdapter(CTX)
+    dispatches, ledger = pipeline(adapter, stream)
+    assert [(d.tool, d.call_id) for d in dispatches] == [("lookup", "tu-c")]
+    assert [e.call_id for e in ledger] == ["tu-c"]
+    assert "provider-side tool block (toolUse with a type) not dispatched" in adapter.anomalies
+
+
+def test_chat_legacy_function_call_dispatches_once_with_a_ledger_entry() -> None:
+    stream = [chat.legacy({"name": "lookup", "arguments": ""}), chat.legacy({"arguments": "{}"}),
+              chat.legacy(finish="function_call")]  # fmt: skip
+    dispatches, ledger = pipeline(OpenAIChatAdapter(CTX), stream)
+    assert [(d.tool, d.call_id) for d in dispatches] == [("lookup", "synthetic:0:function_call")]
+    assert [e.state for e in ledger] == ["dispatched"]
