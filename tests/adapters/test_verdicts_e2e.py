@@ -289,3 +289,65 @@ def test_chat_legacy_function_call_dispatches_once_with_a_ledger_entry() -> None
     dispatches, ledger = pipeline(OpenAIChatAdapter(CTX), stream)
     assert [(d.tool, d.call_id) for d in dispatches] == [("lookup", "synthetic:0:function_call")]
     assert [e.state for e in ledger] == ["dispatched"]
+
+
+def _anthropic_block(kind: str, **block: Any) -> list[Any]:
+    a = anthropic
+    return [a.start(), a.block_start(0, kind, **block), a.part(0, '{"amount": 10}'), a.stop(0),
+            a.message_delta("end_turn"), a.MESSAGE_STOP]  # fmt: skip
+
+
+def _responses_item(item: dict[str, Any], *events: dict[str, Any]) -> list[Any]:
+    r = responses
+    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+    done = {"type": "response.output_item.done", "output_index": 0,
+            "item": {**item, "status": "completed"}}  # fmt: skip
+    return r.numbered(r.created(), added, *events, done, r.completed())
+
+
+_MCP = {"type": "mcp_call", "id": "mcp_1", "name": "transfer", "server_label": "bank",
+        "arguments": '{"amount": 10}'}  # fmt: skip
+_MCP_DELTA = {"type": "response.mcp_call_arguments.delta", "item_id": "mcp_1", "output_index": 0,
+              "delta": '{"amount": 10}'}  # fmt: skip
+PROVIDER_SIDE: list[tuple[str, type[StreamAdapter], list[Any]]] = [
+    ("anthropic-server_tool_use", AnthropicMessagesAdapter,
+     _anthropic_block("server_tool_use", id="srvtoolu_1", name="transfer", input={})),
+    ("anthropic-mcp_tool_use", AnthropicMessagesAdapter,
+     _anthropic_block("mcp_tool_use", id="mcptoolu_1", name="transfer", server_name="bank",
+                      input={})),
+    ("anthropic-unknown-block", AnthropicMessagesAdapter,
+     _anthropic_block("brand_new_tool_use", id="x_1", name="transfer", input={})),
+    ("responses-mcp_call", OpenAIResponsesAdapter, _responses_item(_MCP, _MCP_DELTA)),
+    ("responses-web_search_call", OpenAIResponsesAdapter,
+     _responses_item({"type": "web_search_call", "id": "ws_1", "status": "in_progress"})),
+    ("responses-code_interpreter_call", OpenAIResponsesAdapter,
+     _responses_item({"type": "code_interpreter_call", "id": "ci_1", "code": "print(1)",
+                      "container_id": "c", "status": "in_progress"})),
+    ("responses-unknown-item", OpenAIResponsesAdapter,
+     _responses_item({"type": "brand_new_call", "id": "b_1", "name": "transfer",
+                      "call_id": "call_1", "arguments": '{"amount": 10}'})),
+    ("chat-custom", OpenAIChatAdapter,
+     [chat.chunk({"index": 0, "id": "call_c", "type": "custom",
+                  "custom": {"name": "transfer", "input": "10"}}), chat.chunk(finish="tool_calls")]),
+    ("gemini-executableCode", GeminiAdapter,
+     [gemini.chunk({"executableCode": {"language": "PYTHON", "code": "transfer(10)"}},
+                   finish="STOP")]),
+    ("gemini-toolCall", GeminiAdapter,
+     [gemini.chunk({"toolCall": {"id": "t1", "toolType": "GOOGLE_SEARCH_WEB",
+                                 "args": {"q": "x"}}}, finish="STOP")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "cls", "stream"), PROVIDER_SIDE, ids=[n for n, _, _ in PROVIDER_SIDE]
+)
+def test_provider_side_tools_never_reach_dispatch(
+    name: str, cls: type[StreamAdapter], stream: list[Any]
+) -> None:
+    """Issue 29 item 2, every provider: a tool the provider runs itself (or a block or item
+    type the adapter does not know as a client function call) starts no call, so even a client
+    tool of the same name never runs. The stream itself completes normally."""
+    adapter = cls(CTX)
+    events = run_adapter(adapter, copy.deepcopy(stream))
+    assert not any(isinstance(e, CallStarted) for e in events)
+    assert [e.status.value for e in events if e.type == "response.ended"] == ["completed"]

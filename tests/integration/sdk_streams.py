@@ -142,9 +142,10 @@ class _RawBody:
         pass
 
 
-def botocore_event_stream(recording: str) -> Any:
+def botocore_event_stream(recording: str, raw_bytes: bytes | None = None) -> Any:
     """What ``converse_stream(...)["stream"]`` really is: botocore's ``EventStream`` over the
-    recorded eventstream bytes, parsed by botocore with the bedrock-runtime service model."""
+    recorded eventstream bytes (or ``raw_bytes``), parsed by botocore with the bedrock-runtime
+    service model."""
     import boto3
     from botocore.eventstream import EventStream
     from botocore.parsers import EventStreamJSONParser
@@ -157,5 +158,5 @@ def botocore_event_stream(recording: str) -> Any:
     )
     operation = client.meta.service_model.operation_model("ConverseStream")
     shape = operation.output_shape.members["stream"]
-    raw = _RawBody((DATA / recording).read_bytes())
+    raw = _RawBody((DATA / recording).read_bytes() if raw_bytes is None else raw_bytes)
     return EventStream(raw, shape, EventStreamJSONParser(), "ConverseStream")

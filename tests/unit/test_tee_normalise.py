@@ -14,6 +14,7 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 from anthropic.lib.streaming import AsyncMessageStream
 from openai.lib.streaming.chat import AsyncChatCompletionStream
@@ -170,3 +171,94 @@ async def test_the_same_cut_bytes_reach_the_same_verdict_offline_and_through_the
     assert offline == teed_events
     ends = [(e["status"], e["reason"]) for e in offline if e["type"] == "response.ended"]
     assert ends == [("incomplete", "stream_cut")]
+
+
+def _azure_filtered_body() -> bytes:
+    """An OpenAI-shaped SSE body as Azure OpenAI's asynchronous filter sends it: the call, its
+    ``finish_reason: "tool_calls"``, then the filter's verdict, then ``[DONE]``."""
+    chunks = [
+        {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "choices": [{"index": 0, "finish_reason": None, "delta": {"role": "assistant",
+          "tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                          "function": {"name": "transfer", "arguments": '{"amount": 10}'}}]}}]},
+        {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"id": "", "object": "", "created": 0, "model": "",
+         "choices": [{"index": 0, "finish_reason": "content_filter",
+                      "content_filter_results": {"violence": {"filtered": True,
+                                                              "severity": "high"}},
+                      "content_filter_offsets": {"check_offset": 0, "start_offset": 0,
+                                                 "end_offset": 80}}]},
+    ]  # fmt: skip
+    body = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks)
+    return body + b"data: [DONE]\n\n"
+
+
+async def test_the_tee_publishes_completed_only_when_the_sdk_stream_ends() -> None:
+    """Issue 29: the verdict is the stream's last word. Through the openai SDK's own stream,
+    nothing ``completed`` is published at ``finish_reason``; Azure's later filter verdict voids
+    the call, as ``processor adapt`` does on the same bytes."""
+    import httpx2
+    from openai.types.chat import ChatCompletionChunk
+
+    from processor.commands_adapt import adapt_stream
+
+    raw = _azure_filtered_body()
+    stream = openai.AsyncStream(
+        cast_to=ChatCompletionChunk,
+        response=httpx2.Response(200, content=raw, headers={"content-type": "text/event-stream"}),
+        client=openai.AsyncOpenAI(api_key="test"),
+    )
+    sink = Collected()
+    state = TeeState(TURN)
+    endings_when_seen = []
+    async for chunk in tee_stream(stream, sink, turn=TURN, state=state):
+        endings_when_seen.append(
+            (chunk.choices[0].finish_reason, [e.type for e in sink.events].count("response.ended"))
+        )
+    assert endings_when_seen == [(None, 0), ("tool_calls", 0), ("content_filter", 1)]
+    offline = _plain(list(adapt_stream(io.BytesIO(raw), ADAPTERS["openai-chat"](TURN))))
+    assert _plain(sink.events) == offline
+    ends = [(e["status"], e["reason"]) for e in offline if e["type"] == "response.ended"]
+    assert ends == [("failed", "content_filter")]
+
+
+def test_a_bedrock_exception_after_message_stop_ends_the_tee_and_adapt_in_error() -> None:
+    """Issue 29: after ``messageStop`` the stream ends with ``serviceUnavailableException``
+    instead of ``metadata``. botocore raises it from the iteration; the tee aborts (``error``),
+    and ``processor adapt`` on the same bytes ends the response ``error`` too."""
+    from botocore.exceptions import EventStreamError
+
+    from processor import tee_stream_sync
+    from processor.commands_adapt import adapt_stream
+    from tests.adapters.test_eventstream import exception_frame
+
+    recording = "bedrock-converse/nova-text-then-tooluse.eventstream"
+    raw = (sdk.DATA / recording).read_bytes()
+    cut, offset = 0, 0
+    while offset < len(raw):  # up to and including messageStop: every frame but metadata
+        cut, offset = offset, offset + int.from_bytes(raw[offset : offset + 4], "big")
+    body = raw[:cut] + exception_frame("serviceUnavailableException", {"message": "x"})
+
+    class Blocking:
+        events: list[FragmentEvent] = []
+
+        def publish(self, events: Iterable[FragmentEvent], traceparent: str | None = None) -> int:
+            batch = list(events)
+            self.events += batch
+            return len(batch)
+
+        def start_turn(self, turn: TurnContext) -> TurnStarted:
+            raise AssertionError("not used")
+
+    sink = Blocking()
+    with pytest.raises(EventStreamError):
+        for _ in tee_stream_sync(sdk.botocore_event_stream(recording, body), sink, turn=TURN):
+            pass
+    ends = [(e.status.value, e.reason) for e in sink.events if e.type == "response.ended"]
+    assert ends == [("error", "adapter_error: stream_error")]
+    assert not any(e.type == "response.ended" and e.status.value == "completed"
+                   for e in sink.events)  # fmt: skip
+    offline = list(adapt_stream(io.BytesIO(body), ADAPTERS["bedrock"](TURN)))
+    offline_ends = [(e.status.value, e.reason) for e in offline if e.type == "response.ended"]
+    assert offline_ends == [("error", "serviceUnavailableException")]
