@@ -33,13 +33,13 @@ Verdicts (one rule, :mod:`processor.adapters.verdicts`): :data:`STOP_REASONS` ju
 candidate's ``finishReason``; only ``STOP`` ends it ``completed``, and only at the end of the
 stream (``close()``: the last chunk is Gemini's documented end) or when the next response of a
 concatenated stream starts; until then another ``finishReason``, content for the candidate
-(``after_stop``), an error chunk or a blocked prompt voids it (issue 29). Every other reason
-(and a reason not in the table) voids it at once with the raw reason; a blocked prompt ends it ``failed`` with
-the ``blockReason``; an ``error`` chunk ends it ``failed`` with the error status. An implicit
-terminal is trusted only once the model has moved on (a later part) or the candidate finished
-with ``STOP``; a call whose part arrives in the same chunk as a voiding ``finishReason`` (a whole
-call flagged ``MALFORMED_FUNCTION_CALL``, say) gets no terminal at all, since the verdict may
-concern that very part. A call that ended earlier waits in the Assembler for the verdict.
+(``after_stop``), an error chunk or a blocked prompt voids it (issue 29). Every other reason (and a
+reason not in the table) voids it at once with the raw reason; a blocked prompt ends it ``failed``
+with the ``blockReason``; an ``error`` chunk ends it ``failed`` with the error status. An implicit
+terminal is trusted only once the model has moved on (a later part) or the candidate finished with
+``STOP``; a call whose part arrives in the same chunk as a voiding ``finishReason`` (a whole call
+flagged ``MALFORMED_FUNCTION_CALL``, say) gets no terminal at all, since the verdict may concern
+that very part. A call that ended earlier waits in the Assembler for the verdict.
 
 Finals reconcile: whole ``args`` repeating a streamed call's id become that call's
 ``call.ended`` cross-check when its terminal has not been emitted yet (the Assembler fails it

@@ -164,9 +164,10 @@ class ProviderEventDecoder:
 
     The format is detected from the first non-blank characters unless given. After an SSE
     ``[DONE]`` the decoder is ``done`` and ignores the rest of the body. An SSE event cut by the
-    end of the body (no terminating blank line) is discarded (:attr:`discarded_tail`). An unreadable payload
-    also makes it ``done``: its :class:`AdapterError` is raised at once when no good event
-    precedes it in the same call, else by the next ``feed``/``close``/``check`` call.
+    end of the body (no terminating blank line) is discarded (:attr:`discarded_tail`). An
+    unreadable payload also makes it ``done``: its :class:`AdapterError` is raised at once when
+    no good event precedes it in the same call, else by the next ``feed``/``close``/``check``
+    call.
     """
 
     def __init__(self, text_format: TextFormat | None = None) -> None:

@@ -943,8 +943,10 @@ def test_stop_is_completed_only_at_the_end_of_the_stream() -> None:
 @pytest.mark.parametrize(
     ("tail", "ending"),
     [
-        ({"error": {"code": 503, "status": "UNAVAILABLE", "message": "x"}},
-         ("failed", "UNAVAILABLE")),  # fmt: skip
+        (
+            {"error": {"code": 503, "status": "UNAVAILABLE", "message": "x"}},
+            ("failed", "UNAVAILABLE"),
+        ),
         (chunk(finish="SAFETY"), ("failed", "SAFETY")),
         (chunk(fc(name="lookup", args={"q": 2})), ("error", "after_stop")),
         (chunk({"text": "more"}), ("error", "after_stop")),

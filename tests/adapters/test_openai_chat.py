@@ -436,8 +436,10 @@ SAFE = {c: {"filtered": False, "severity": "safe"}
     "tail",
     [
         azure_annotation({**SAFE, "violence": {"filtered": True, "severity": "high"}}),
-        azure_annotation({"protected_material_text": {"detected": True, "filtered": True}},
-                         finish="content_filter"),  # fmt: skip
+        azure_annotation(
+            {"protected_material_text": {"detected": True, "filtered": True}},
+            finish="content_filter",
+        ),
         azure_annotation({}, finish="content_filter"),
     ],
     ids=["filtered-true", "finish-content-filter", "finish-only"],

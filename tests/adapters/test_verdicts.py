@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from processor.adapters.providers import TABLES, readme_tables
 from processor.adapters.verdicts import (
     Stop,
     StopTable,
@@ -15,7 +16,6 @@ from processor.adapters.verdicts import (
     normal,
     voiding,
 )
-from processor.adapters.providers import TABLES, readme_tables
 from processor.core.events import ResponseStatus
 
 ROOT = Path(__file__).parents[2]

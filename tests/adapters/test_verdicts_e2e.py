@@ -244,8 +244,13 @@ def test_chat_azure_async_filter_after_tool_calls_never_dispatches() -> None:
 
 @pytest.mark.parametrize(
     "exception",
-    ["serviceUnavailableException", "internalServerException", "modelStreamErrorException",
-     "throttlingException", "validationException"],  # fmt: skip
+    [
+        "serviceUnavailableException",
+        "internalServerException",
+        "modelStreamErrorException",
+        "throttlingException",
+        "validationException",
+    ],
 )
 @pytest.mark.parametrize("after_metadata", [False, True], ids=["instead-of-metadata", "after"])
 def test_bedrock_exception_after_message_stop_never_dispatches(

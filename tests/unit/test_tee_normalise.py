@@ -165,7 +165,7 @@ async def test_the_same_cut_bytes_reach_the_same_verdict_offline_and_through_the
         response=httpx2.Response(200, content=raw, headers={"content-type": "text/event-stream"}),
         client=anthropic.AsyncAnthropic(api_key="test"),
     )
-    teed_events, state = await teed(stream)
+    teed_events, _ = await teed(stream)
     adapter = ADAPTERS["anthropic"](TURN)
     offline = _plain(list(adapt_stream(io.BytesIO(raw), adapter)))
     assert offline == teed_events
