@@ -9,6 +9,11 @@ gating waits for. The recordings carry no timestamps, so the gap is given in str
 wall time it is how long the provider takes to send those last events (the closing
 ``message_delta``/``message_stop``, ``response.completed``, a ``finish_reason`` chunk...).
 
+Since issue 29 a response completes only at its stream's documented end (Chat Completions'
+``[DONE]`` or EOF, Gemini's last chunk, Bedrock's ``metadata`` then EOF): ``close()`` is that
+end, and it counts as one event of its own and no bytes (the ``[DONE]`` line, which the SSE
+decoder consumes, is not counted either).
+
     python bench/bench_gating_delay.py            # a markdown table, and bench/results/...json
 """
 

@@ -190,11 +190,19 @@ SECTIONS = [
         "tool `dispatch_on: response_end` (the default) and one with `call_end`, and the gap "
         "between where each dispatches is given in provider events and body bytes (the "
         "recordings carry no timestamps; in wall time it is how long the provider takes to "
-        "send those closing events). Chat Completions and Bedrock end a call with the response "
-        "(`finish_reason`, `messageStop`): gating costs nothing there. Anthropic and Responses "
-        "hold a call for the two closing events; Gemini until the chunk that carries "
-        "`finishReason`, in one recording 12 events (3.8 KB of text) later. A read-only tool "
-        "whose latency matters can opt out with `dispatch_on: call_end`.",
+        "send those closing events). Since issue 29 a response completes only at its stream's "
+        "documented end, not at its stop marker (the end of the stream counts as one event and "
+        "no bytes): that is the rule's cost. Chat Completions, which ended a call with the "
+        "response at `finish_reason` (0 events held before), now holds it for what follows "
+        "`finish_reason` up to `[DONE]` (the usage chunk when the stream sends one, then the "
+        "end); Bedrock for `metadata` and the end (0 before); Gemini for the end after the "
+        "`finishReason` chunk, one event more than before (the Bedrock rows count 64-byte slices "
+        "of the binary body, not events). Anthropic and Responses are "
+        "unchanged: `message_stop` and `response.completed` are their documented ends. In wall "
+        "time the added wait is what the provider takes between its stop marker and the end of "
+        "the body (not measured here: the recordings carry no timestamps), or, with Azure OpenAI's asynchronous filter, the filter's verdict, "
+        "which is what the wait is for. A read-only tool whose latency matters can opt out with "
+        "`dispatch_on: call_end`.",
     ),
     Section(
         "assembler",
