@@ -16,8 +16,13 @@ is the same for a synchronous stream and a :class:`~processor.runtime.publish.Bl
 
 How the response ends on the publishing side:
 
-* the stream ends: ``adapter.close()`` — the adapters have already emitted ``response.ended``
-  at the provider's own end event; a response the stream cut short ends ``incomplete``;
+* the stream ends: ``adapter.close()``. A response's verdict is its stream's last word (issue
+  29): Anthropic and Responses emitted ``response.ended`` at their end events (``message_stop``,
+  ``response.completed``); for Chat Completions, Gemini and Bedrock the end of the SDK stream
+  is the documented end (``[DONE]``, the last chunk, ``metadata`` then EOF), so ``close()``
+  writes their ``completed`` only now, after every event that could still void it (Azure's
+  asynchronous content filter, a Bedrock exception, which botocore raises: an abort) was seen;
+  a response the stream cut short ends ``incomplete``;
 * the caller stops iterating (``break`` then ``aclose()``, or the generator is collected), the
   task is cancelled, or the stream raises: ``adapter.abort(reason)`` ends every open response
   ``error`` (``consumer_stopped``, ``cancelled``, ``stream_error``), so nothing of it can act;
