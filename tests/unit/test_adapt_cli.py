@@ -107,6 +107,20 @@ def test_an_unknown_anthropic_event_is_counted_and_the_valid_call_dispatches() -
     assert [(d["call_id"], d["arguments"]) for d in dispatched] == [("toolu_1", {"city": "Paris"})]
 
 
+@pytest.mark.parametrize("terminated", [True, False])
+def test_a_body_cut_inside_its_last_event_dispatches_nothing_and_says_so(terminated: bool) -> None:
+    """Issue 29: the bundled recording whose ``message_stop`` lacked its blank line. Read as the
+    SSE specification (and the anthropic SDK) reads it, the cut event is discarded."""
+    body = (DATA / "anthropic/text-then-tool-use.sse").read_bytes()
+    if not terminated:
+        body = body.rstrip(b"\n")
+    result = adapt("anthropic", body, "--emit-turn-started")
+    assert result.returncode == 0, result.stderr
+    dispatched = [o["tool"] for o in replay(result.stdout) if o["kind"] == "dispatch"]
+    assert dispatched == (["get_weather"] if terminated else [])
+    assert (b"ended inside an SSE event" in result.stderr) is not terminated
+
+
 def _two_choices() -> bytes:
     def choice(index: int, city: str) -> dict[str, object]:
         call = {"index": 0, "id": f"call_{index}", "type": "function",
