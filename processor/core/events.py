@@ -609,15 +609,18 @@ def describe_validation_error(exc: ValidationError, kind: str | None = None) -> 
     for err in exc.errors(include_url=False, include_input=False, include_context=False)[:5]:
         loc = err["loc"][:_MAX_LOC]
         unknown = len(loc) - 1 if err["type"] == "extra_forbidden" else -1
-        shown = [
-            str(p) if type(p) is int or (i != unknown and _FIELD_NAME.match(p)) else quoted_name(p)
-            for i, p in enumerate(loc)
-        ]
+        shown = [_loc_part(p, i == unknown) for i, p in enumerate(loc)]
         where = ".".join([kind, *shown] if kind is not None else shown) or "$"
         if len(err["loc"]) > _MAX_LOC:
             where += ".…"
         parts.append(f"{where}: {err['type']}")
     return "; ".join(parts)
+
+
+def _loc_part(part: str | int, unknown: bool) -> str:
+    if isinstance(part, int):
+        return str(part)
+    return quoted_name(part) if unknown or not _FIELD_NAME.match(part) else part
 
 
 _MAX_LOC: Final = 6
