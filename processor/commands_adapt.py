@@ -196,7 +196,9 @@ def _adapt(args: argparse.Namespace, stream: IO[bytes]) -> int:
         for event in adapter.abort(exc.reason):  # every call still open becomes inert
             emit(event)
     if failure is not None:
-        print(f"processor adapt: {failure}", file=sys.stderr)
+        from processor.observability.terminal import printable  # noqa: PLC0415
+
+        print(f"processor adapt: {printable(str(failure))}", file=sys.stderr)
     if adapter.unknown_events:
         print(
             f"processor adapt: {adapter.unknown_events} unknown {adapter.provider} event(s) "
