@@ -55,7 +55,7 @@ PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 
 @PROPERTY
-@given(st.sampled_from(SAMPLES), st.lists(KEYS, min_size=1, max_size=3), JSON)
+@given(st.sampled_from(SAMPLES), st.lists(KEYS, min_size=1, max_size=3), JSON | KEYS)
 @example(SAMPLES[0], ["x" * 500], 1)  # the ~500-character name that crashed handle_record
 @example(SAMPLES[0], ["api_key=sk-live-0123456789abcdef"], "v")
 @example(SAMPLES[0], ["\x1b[2J\u202eevil"], None)
