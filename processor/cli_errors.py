@@ -241,7 +241,9 @@ def run(
                 where=f"full report in {report}" if report else None,
                 hint="please report it (run again with --debug to see the traceback)",
             )
-        print(f"{command}: {error.line()}", file=sys.stderr)
+        from processor.observability.terminal import printable  # noqa: PLC0415
+
+        print(f"{command}: {printable(error.line())}", file=sys.stderr)
         return error.code
 
 

@@ -201,7 +201,9 @@ def _adapt(args: argparse.Namespace, stream: IO[bytes]) -> int:
         for event in adapter.abort(exc.reason):  # every call still open becomes inert
             emit(event)
     if failure is not None:
-        print(f"processor adapt: {failure}", file=sys.stderr)
+        from processor.observability.terminal import printable  # noqa: PLC0415
+
+        print(f"processor adapt: {printable(str(failure))}", file=sys.stderr)
     if DISCARDED_TAIL in adapter.anomalies:
         print(f"processor adapt: {DISCARDED_TAIL} (as the provider SDKs do)", file=sys.stderr)
     if adapter.unknown_events:

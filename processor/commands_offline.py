@@ -89,7 +89,10 @@ def replay(
 def output_line(record: OutputRecord) -> bytes:
     data: dict[str, Any] = {"kind": kinds()[type(record)]}
     data.update(record.model_dump(mode="json"))
-    return orjson.dumps(data) + b"\n"
+    from processor.observability.terminal import printable_json  # noqa: PLC0415
+
+    # untrusted text escaped for a terminal: the same JSON value
+    return printable_json(orjson.dumps(data).decode()).encode() + b"\n"
 
 
 def text_line(record: OutputRecord) -> bytes:
@@ -121,7 +124,9 @@ def text_line(record: OutputRecord) -> bytes:
         case DeadLetter():
             where = f"{record.source_topic}@{record.offset}"
             text = f"DEAD      {where}: {record.reason} {record.detail}"
-    return text.encode() + b"\n"
+    from processor.observability.terminal import printable  # noqa: PLC0415
+
+    return printable(text).encode() + b"\n"
 
 
 def _replay_command(args: argparse.Namespace) -> int:

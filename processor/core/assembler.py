@@ -106,7 +106,7 @@ from processor.core.events import (
 )
 from processor.core.inert import CallTuple, InertCall, call_tuple
 from processor.core.outputs import RecordSource
-from processor.core.policy import Limits, permission
+from processor.core.policy import Limits, fair_share_payers, permission
 from processor.core.registry import DispatchOn, Registry, ValidationContext
 from processor.core.states import CallState, TerminalReason, Trigger
 from processor.core.validation import Rejected, validate_call
@@ -514,11 +514,10 @@ class Assembler:
             return TerminalReason.BUFFER_LIMIT
         if self._open_total < self.limits.max_open_buffers:
             return None
-        most = max(self._open_per_tenant.values(), default=0)
-        if most <= held:
+        payers = fair_share_payers(self._open_per_tenant, tenant)
+        if payers == [tenant]:
             return TerminalReason.BUFFER_LIMIT
-        counts = self._open_per_tenant
-        victim = next(b for b in self._active.values() if counts[b.key.tenant] == most)
+        victim = next(b for b in self._active.values() if b.key.tenant in payers)
         self.evictions += 1
         self._terminate(victim, TerminalReason.BUFFER_LIMIT, now, out)
         return None
@@ -784,16 +783,16 @@ class Assembler:
         """Make room for a new turn record of ``tenant`` within ``max_turns`` and
         ``max_turns_per_tenant``, which count the turns that are not cancelled (a cancellation
         is kept for safety and counts against nothing a tenant could be starved by): forget the
-        oldest such turn without an open call of the tenant holding the most (this tenant, when
-        it is at its own cap). False when none can go: the turn.started is refused
-        (``turn_limit``)."""
+        oldest such turn without an open call of the tenant that pays by the fair-share rule
+        (:func:`fair_share_payers`, as for open buffers: the tenant holding the most, or this
+        tenant when it holds as much as any other or is at its own cap). False when none can
+        go: the turn.started is refused (``turn_limit``)."""
         by_tenant = self.control.bindings_by_tenant
         if len(by_tenant.get(tenant, ())) >= self.limits.max_turns_per_tenant:
             return self._forget_oldest_turn(tenant)
         if self.control.binding_count < self.limits.max_turns:
             return True
-        largest = max(by_tenant, key=lambda t: (len(by_tenant[t]), t))
-        return self._forget_oldest_turn(largest)
+        return any(self._forget_oldest_turn(t) for t in fair_share_payers(by_tenant, tenant))
 
     def _forget_oldest_turn(self, tenant: str) -> bool:
         for turn_id in self.control.bindings_by_tenant.get(tenant, ()):

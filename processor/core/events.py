@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from enum import StrEnum
 from types import UnionType
@@ -566,8 +567,8 @@ def decode_input_value(
         raise RecordRejected("unknown_version", f"unsupported wire version v={shown!r}")
     kind = raw.get("type")
     if not isinstance(kind, str) or kind not in ALL_INPUT_TYPES:
-        shown = kind if isinstance(kind, str) and len(kind) <= 64 else type(kind).__name__
-        raise RecordRejected("unknown_type", f"unknown record type {shown!r}")
+        shown = quoted_name(kind) if isinstance(kind, str) else type(kind).__name__
+        raise RecordRejected("unknown_type", f"unknown record type {shown}")
     try:
         event: InputEvent = _INPUT_MODELS[kind].model_validate(raw)  # type: ignore[assignment]
     except ValidationError as exc:
@@ -598,13 +599,40 @@ def check_time(event: InputEvent, now: float, clock_skew: float) -> None:
 
 def describe_validation_error(exc: ValidationError, kind: str | None = None) -> str:
     """Field locations and error kinds only: a record's values may be argument text. ``kind``
-    (the record's type) prefixes every location, as a discriminated union's errors have it."""
+    (the record's type) prefixes every location, as a discriminated union's errors have it.
+
+    A record's keys are payload too (``{"api_key=sk-…": 1}`` is a key): a location part that is
+    not a declared field name (an unknown key, or anything not shaped like a field name) is
+    shown by :func:`quoted_name`, never as its text, so the description is bounded (at most
+    five errors of at most ``_MAX_LOC`` parts) whatever the record holds."""
     parts = []
     for err in exc.errors(include_url=False, include_input=False, include_context=False)[:5]:
-        where = (kind, *err["loc"]) if kind is not None else err["loc"]
-        loc = ".".join(str(p) for p in where) or "$"
-        parts.append(f"{loc}: {err['type']}")
+        loc = err["loc"][:_MAX_LOC]
+        unknown = len(loc) - 1 if err["type"] == "extra_forbidden" else -1
+        shown = [_loc_part(p, i == unknown) for i, p in enumerate(loc)]
+        where = ".".join([kind, *shown] if kind is not None else shown) or "$"
+        if len(err["loc"]) > _MAX_LOC:
+            where += ".…"
+        parts.append(f"{where}: {err['type']}")
     return "; ".join(parts)
+
+
+def _loc_part(part: str | int, unknown: bool) -> str:
+    if isinstance(part, int):
+        return str(part)
+    return quoted_name(part) if unknown or not _FIELD_NAME.match(part) else part
+
+
+_MAX_LOC: Final = 6
+_FIELD_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}\Z")
+
+
+def quoted_name(text: str) -> str:
+    """A stand-in for a name a record chose (an unknown key or type): its length and a short
+    digest, never its text, so a dead letter names it without carrying it (a key can be
+    payload, e.g. ``api_key=…``) and two reports of one name can still be matched."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"<name #{digest} {len(text)} chars>"
 
 
 def _flat_value(annotation: Any) -> bool:

@@ -212,8 +212,19 @@ def dead_letter(
         partition=source.partition,
         offset=source.offset,
         reason=reason,
-        detail=detail,
+        detail=bounded_text(detail),
         payload_bytes=len(payload),
         payload_sha256=hashlib.sha256(payload).hexdigest(),
         ts=now,
     )
+
+
+_REASON_CHARS: Final = 512  # events.Reason's limit
+
+
+def bounded_text(text: str) -> str:
+    """``text`` as a valid ``Reason``: cut to its 512 characters and any lone surrogate
+    replaced, so building a dead letter never raises, whatever a detail came to hold."""
+    if len(text) > _REASON_CHARS:
+        text = text[: _REASON_CHARS - 1] + "…"
+    return text.encode("utf-8", "replace").decode("utf-8")

@@ -3,11 +3,13 @@
 :class:`Limits` bounds every buffer's lifecycle (bytes, deltas, reordering window, idle time) and
 the number of open buffers per partition and per tenant (invariant 5). :func:`permission` decides
 whether a validated call may proceed for its bound actor; it returns the terminal reason that
-stops it, or None.
+stops it, or None. :func:`fair_share_payers` is the one admission rule of the partition-wide
+bounds (open buffers, turn bindings): who makes room when a bound is full.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -72,3 +74,25 @@ def permission(
     if not declaration.permits(tenant, bound_actor):
         return TerminalReason.PERMISSION_DENIED
     return None
+
+
+def fair_share_payers(held: Mapping[str, Sized | int], newcomer: str) -> list[str]:
+    """Who makes room when a partition-wide bound is full and ``newcomer`` asks for one more.
+
+    ``held`` maps each tenant to what it holds (a count, or a collection of it). The tenants
+    holding the most pay, in name order, unless the newcomer holds as much as any other tenant:
+    then it pays itself (``[newcomer]``), so a tie goes to the incumbent and no tenant can take
+    a place from another that holds no more than it does. Both bounds apply this rule: the open
+    buffers (the newcomer paying is a refusal, ``buffer_limit``) and the turn bindings (the
+    newcomer paying forgets one of its own turns, or is refused ``turn_limit``).
+    """
+
+    def size(value: Sized | int) -> int:
+        return value if isinstance(value, int) else len(value)
+
+    own = size(held.get(newcomer, 0))
+    others = {t: size(v) for t, v in held.items() if t != newcomer}
+    most = max(others.values(), default=0)
+    if most <= own:
+        return [newcomer]
+    return sorted(t for t, n in others.items() if n == most)

@@ -25,6 +25,8 @@ from typing import Any, Final
 
 import orjson
 
+from processor.observability.terminal import printable_json
+
 REDACTED: Final = "[redacted]"
 _PAYLOAD_FIELDS: Final = frozenset(
     {"arguments", "args", "delta", "deltas", "payload", "value", "text", "body", "chunk"}
@@ -52,7 +54,7 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info and record.exc_info[0] is not None:
             data["exc_type"] = record.exc_info[0].__name__
             data["traceback"] = self.formatException(record.exc_info)
-        return orjson.dumps(data, default=str).decode()
+        return printable_json(orjson.dumps(data, default=str).decode())
 
 
 class RepeatedLines(logging.Filter):

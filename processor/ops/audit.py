@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from processor.cli_flags import add_connection_flags, load_settings
 from processor.core.events import Audit, AuditOutcome, CallKey
+from processor.observability.terminal import printable, printable_json
 from processor.runtime.tail import read_records
 from processor.settings import Settings
 
@@ -92,7 +93,7 @@ class AuditEntry:
             text += f" partitions={self.copies}"
         if r.reason:
             text += f" reason={r.reason!r}"
-        return text
+        return printable(text)
 
 
 def merge(records: Iterable[Audit]) -> list[AuditEntry]:
@@ -183,7 +184,7 @@ def run_audit(args: argparse.Namespace, out: IO[str]) -> int:
         return 2
     for entry in entries:
         if args.json:
-            out.write(orjson.dumps(entry.as_json()).decode() + "\n")
+            out.write(printable_json(orjson.dumps(entry.as_json()).decode()) + "\n")
         else:
             out.write(entry.line() + "\n")
     out.flush()

@@ -18,6 +18,7 @@ from typing import IO, Any, Final
 import orjson
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from processor.observability.terminal import printable, printable_json
 from processor.runtime.clients import committed_reader
 from processor.runtime.codec import TRACEPARENT, header
 from processor.runtime.topics import partition_count
@@ -86,15 +87,20 @@ def record_json(record: ConsumerRecord) -> bytes:
         "value": value,
     }
     try:
-        return orjson.dumps(line)
+        text = orjson.dumps(line)
     except orjson.JSONEncodeError:
         # orjson reads deeper nesting than it writes (1024 vs 255 levels): keep the raw text
         line["value"] = record.value.decode("utf-8", "replace") if record.value else None
-        return orjson.dumps(line)
+        text = orjson.dumps(line)
+    return printable_json(text.decode()).encode()
 
 
 def record_line(record: ConsumerRecord) -> str:
-    """One human line; never the argument values."""
+    """One human line; never the argument values; the record's text escaped (:func:`printable`)."""
+    return printable(_record_line(record))
+
+
+def _record_line(record: ConsumerRecord) -> str:
     when = _clock(record.timestamp)
     try:
         v = orjson.loads(record.value) if record.value is not None else None

@@ -16,16 +16,18 @@ Targets and what counts as an escape:
 ``adapters``     a real recording (tests/adapters/data) with random mutations (dropped, doubled,
                  swapped, truncated or garbage events, leaves replaced, keys deleted, bytes
                  flipped in the body), through its adapter and the real Assembler: the adapter
-                 raises nothing but AdapterError, the Assembler raises nothing, and every dispatch
-                 is of a call whose response the stream ended normally before it.
+                 raises nothing but AdapterError, the Assembler raises nothing, every dispatch
+                 is of a call whose response the stream ended normally before it, and no call
+                 (call key) nor ``dispatch_id`` is dispatched twice.
 ``garbage``      random bytes or random JSON values to every adapter: AdapterError only, and no
                  dispatch at all.
 ``records``      wire records (each text recording's adapter output, after its turn.started)
                  with hostile changes (flipped or random bytes, any JSON value in a field, keys
-                 deleted, wrong type or version, duplicated and reordered records) through
+                 deleted, wrong type or version, duplicated and reordered records, the stream
+                 replayed from a point on as a reconnecting gateway does) through
                  ``processor replay``'s loop: nothing raises, every record the decoder rejects
-                 gives exactly one dead letter with that reason, and a dispatch comes only after
-                 its response completed.
+                 gives exactly one dead letter with that reason, a dispatch comes only after
+                 its response completed, and at most one dispatch per call and ``dispatch_id``.
 ``schemas``      random tool schemas and arguments through the registry's validation, against
                  jsonschema's own validator (:mod:`tests.fuzz.schemas` says what escapes).
 ``toolsfile``    hostile tools files through the loader: a RegistryError or a registry, nothing
@@ -392,6 +394,28 @@ def _events_from_body(body: bytes) -> list[Any]:
     return out
 
 
+class AtMostOnce:
+    """At most one dispatch per call (its call key) and per ``dispatch_id``, over a whole case:
+    replays, doubled and reordered records never dispatch a call a second time."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, ...], str] = {}
+        self.ids: set[str] = set()
+
+    def check(self, dispatch: Dispatch) -> None:
+        key = (dispatch.tenant, dispatch.turn_id, dispatch.response_id, dispatch.item_id,
+               dispatch.call_id)  # fmt: skip
+        if key in self.calls:
+            raise Escape(
+                f"call {dispatch.call_id} dispatched twice (dispatch_ids {self.calls[key]}, "
+                f"{dispatch.dispatch_id})"
+            )
+        if dispatch.dispatch_id in self.ids:
+            raise Escape(f"dispatch_id {dispatch.dispatch_id} of two calls ({dispatch.call_id})")
+        self.calls[key] = dispatch.dispatch_id
+        self.ids.add(dispatch.dispatch_id)
+
+
 def assemble(events: list[FragmentEvent]) -> list[Dispatch]:
     """The real Assembler over the events; check every dispatch's response ended normally."""
     tools = sorted({e.tool for e in events if isinstance(e, CallStarted)})
@@ -405,6 +429,7 @@ def assemble(events: list[FragmentEvent]) -> list[Dispatch]:
     )  # fmt: skip
     dispatched: list[Dispatch] = []
     completed: set[str] = set()
+    once = AtMostOnce()
     try:
         assembler.handle(bind, 0.0)
         for event in events:
@@ -414,6 +439,7 @@ def assemble(events: list[FragmentEvent]) -> list[Dispatch]:
                 if isinstance(output, Dispatch):
                     if output.response_id not in completed:
                         raise Escape(f"dispatch before its response completed: {output.call_id}")
+                    once.check(output)
                     dispatched.append(output)
                     STATS["adapters.dispatched"] += 1
     except Escape:
@@ -596,6 +622,8 @@ def records_case(rng: random.Random) -> None:
     """Mutated record streams through ``processor replay``'s loop: a rejected record becomes one
     dead letter with a reason; nothing raises; a dispatch only after its response completed."""
     lines = list(rng.choice(_record_streams()))
+    if rng.random() < 0.3:  # a gateway's reconnect replays the stream from some point on
+        lines += lines[rng.randrange(len(lines)) :]
     for _ in range(rng.randint(1, 6)):
         i = rng.randrange(len(lines))
         roll = rng.random()
@@ -611,6 +639,7 @@ def records_case(rng: random.Random) -> None:
     )
     assembler = Assembler(registry)
     completed: set[str] = set()
+    once = AtMostOnce()
     for number, line in enumerate(lines, start=1):
         expected_reason: str | None = None
         if not line.strip():
@@ -641,6 +670,7 @@ def records_case(rng: random.Random) -> None:
                 STATS["records.dispatched"] += 1
                 if output.response_id not in completed:
                     raise Escape(f"dispatch before its response completed: {output.call_id}")
+                once.check(output)
 
 
 _TOOLS_OF_RECORDINGS = (

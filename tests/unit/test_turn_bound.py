@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from processor.core.assembler import Assembler
 from processor.core.events import Audit
-from processor.core.policy import Limits
+from processor.core.policy import Limits, fair_share_payers
 from tests.unit.scenario import Call, Run, registry, turn_cancelled, turn_started
 
 ARGS = '{"city": "Oslo"}'
@@ -95,3 +95,30 @@ def test_a_forgotten_turn_fails_safe_its_late_call_is_not_dispatched() -> None:
     run.tick(run.now + 3600)
     assert run.dispatches == []
     assert run.ledger("call_0").terminal_reason == "permission_denied"
+
+
+def test_a_tie_goes_to_the_incumbent_the_newcomer_forgets_its_own_turn() -> None:
+    """Issue 30, item 6: at a tie the largest holder was picked by (count, name), so tenant "a"
+    holding as many turns as "b" forgot b's bound turn, whose next call failed
+    permission_denied. The open-buffer bound refuses a tied newcomer; both now share one rule."""
+    run = _run(total=4, per_tenant=10)
+    for tenant in ("a", "b"):
+        for i in range(2):
+            run.feed(turn_started(f"{tenant}{i}", tenant=tenant), now=100.0 + i)
+    run.feed(turn_started("a-new", tenant="a"), now=110.0)  # a holds 2, b holds 2: a pays
+    assert sorted(t for _, t in run.assembler.control.turns) == ["a-new", "a1", "b0", "b1"]
+    b_call = Call(call_id="b-call", tenant="b", turn_id="b0")
+    run.feed(*b_call.stream(ARGS), now=120.0)
+    assert [d.call_id for d in run.dispatches] == ["b-call"]
+    # one holding fewer than the largest still gets in, at the largest holder's expense
+    run.feed(turn_started("c0", tenant="c"), now=130.0)
+    assert len(run.assembler.control.turns) == 4 and ("c", "c0") in run.assembler.control.turns
+
+
+def test_both_bounds_use_one_admission_rule() -> None:
+    assert fair_share_payers({"a": 2, "b": 2}, "a") == ["a"]  # a tie: the newcomer pays
+    assert fair_share_payers({"a": 2, "b": 2}, "b") == ["b"]
+    assert fair_share_payers({"a": 1, "b": 3, "c": 3}, "a") == ["b", "c"]
+    assert fair_share_payers({"b": 3}, "new") == ["b"]
+    assert fair_share_payers({}, "new") == ["new"]
+    assert fair_share_payers({"a": ["t1", "t2"], "b": ["t1"]}, "b") == ["a"]
