@@ -41,6 +41,9 @@ servers that copy the format (Groq, Mistral, GLM, vLLM, gateways):
   every choice that never finished (``error`` after a bad chunk, else ``incomplete`` /
   ``stream_cut``). A choice first seen after every choice seen so far has finished is ignored
   (fail closed).
+* A tool call that never got a name cannot start (a call names its tool): at its choice's
+  normal ``finish_reason`` the response is voided instead (``error`` / ``unnamed_call``), so the
+  call leaves a trace and its siblings do not act without it.
 * The deprecated ``delta.function_call`` (``{name, arguments}``, ``finish_reason:
   "function_call"``), still streamed by compatible servers, is one call per choice: item id
   ``"<choice>:function_call"``, call id ``synthetic:<item_id>`` (the protocol gives none). It
@@ -66,6 +69,7 @@ from processor.adapters.providers import CHAT
 from processor.adapters.verdicts import (
     AFTER_STOP,
     ALTERNATIVE,
+    UNNAMED_CALL,
     alternative_response_id,
     is_chosen,
 )
@@ -388,6 +392,11 @@ class OpenAIChatAdapter(StreamAdapter):
         a voiding one at once, ``completed`` held for the end of the stream."""
         choice.finish = finish
         status, reason = STOP_REASONS.judge(finish)
+        if status is ResponseStatus.COMPLETED and any(e.tool is None for e in choice.entries):
+            # a call the model never named cannot start (a call names its tool), so it cannot
+            # reach the ledger; its response is voided instead, visibly, never completed
+            self.anomaly("call without a name: its response is void")
+            status, reason = ResponseStatus.ERROR, UNNAMED_CALL
         out: list[FragmentEvent] = []
         for entry in choice.entries:
             out.extend(self._end_entry(response, entry, status is ResponseStatus.COMPLETED))
@@ -403,8 +412,7 @@ class OpenAIChatAdapter(StreamAdapter):
         self, response: _Response, entry: _Entry, normal_end: bool
     ) -> list[FragmentEvent]:
         """Release the entry's text; end the call only when its choice acts and ended normally."""
-        if entry.tool is None:
-            self.anomaly("call without a name dropped")
+        if entry.tool is None:  # its response is void (_on_finish)
             return []
         if entry.call_id is None:
             entry.call_id = f"synthetic:{entry.item_id}"

@@ -57,6 +57,8 @@ UNKNOWN: Final = "unknown"
 """A stop reason that is absent or not a short code."""
 AFTER_STOP: Final = "after_stop"
 """Content (or a second, different stop) after the stop marker, before the stream's end."""
+UNNAMED_CALL: Final = "unnamed_call"
+"""A tool call that never got a name voids its response (it cannot start, so cannot be a call)."""
 
 ALTERNATIVE_SEPARATOR: Final = "~alt"
 

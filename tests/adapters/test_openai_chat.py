@@ -239,6 +239,20 @@ def test_conflicting_name_withholds_the_call() -> None:
     assert "conflicting tool name: call withheld" in adapter.anomalies
 
 
+def test_a_call_that_never_got_a_name_voids_its_response() -> None:
+    # a nameless call cannot start, so it cannot reach the ledger: it must not vanish while its
+    # siblings act as if the model had asked for them alone
+    adapter, out = run([
+        chunk(tc(0, id="call_a", name="lookup", args='{"q":1}')),
+        chunk(tc(1, id="call_b", args='{"path":"/etc"}')),
+        chunk(finish="tool_calls"),
+    ])  # fmt: skip
+    assert ended_call_ids(out) == []
+    assert [e.tool for e in out if isinstance(e, CallStarted)] == ["lookup"]
+    assert response_endings(out) == [("chatcmpl-1", "error", "unnamed_call")]
+    assert "call without a name: its response is void" in adapter.anomalies
+
+
 def test_no_argument_call_gets_braces() -> None:
     _, out = run([chunk(tc(0, id="call_a", name="ping", args="")), chunk(finish="tool_calls")])
     assert [e.delta for e in out if isinstance(e, CallDelta)] == ["{}"]
