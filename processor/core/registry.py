@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from processor.core.errors import RegistryError
 from processor.core.fastschema import Check, compile_schema
 from processor.core.formats import format_checker, jsonschema_module, used_formats
+from processor.core.mcp_pins import McpPin, parse_pin
 from processor.core.toolschema import (
     PatternError,
     check_schema_patterns,
@@ -90,6 +91,8 @@ class ToolDeclaration:
     limits: ToolLimits = ToolLimits()
     business_validators: tuple[tuple[str, BusinessValidator], ...] = ()
     dispatch_on: DispatchOn = field(default_factory=lambda: DispatchOn.RESPONSE_END)
+    # an MCP server's tool: which server, and the digest of the reviewed definition
+    mcp: McpPin | None = None
     # a shortcut for arguments that are certainly valid (processor.core.fastschema); None when
     # the schema uses what it does not decide: jsonschema then always runs
     quick_check: Check | None = field(default=None, init=False, repr=False, compare=False)
@@ -173,6 +176,7 @@ _TOOL_KEYS = frozenset(
         "validators",
         "description",
         "dispatch_on",
+        "mcp",
     }
 )
 
@@ -327,6 +331,7 @@ def _declaration(
     except ValueError:
         choices = ", ".join(d.value for d in DispatchOn)
         raise RegistryError(detail=f"{where}: 'dispatch_on' must be one of {choices}") from None
+    mcp = parse_pin(entry["mcp"], where) if entry.get("mcp") is not None else None
     tenants = _str_list(entry.get("allowed_tenants"), where, "allowed_tenants")
     actors = _str_list(entry.get("allowed_actors"), where, "allowed_actors")
     return ToolDeclaration(
@@ -345,6 +350,7 @@ def _declaration(
         ),
         business_validators=tuple(validators),
         dispatch_on=dispatch_on,
+        mcp=mcp,
     )
 
 

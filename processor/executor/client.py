@@ -54,7 +54,13 @@ from processor.core.events import CallKey, Dispatch, Status, UserState, encode, 
 from processor.core.registry import Registry
 from processor.executor.barrier import BarrierTimeout, ControlBarrier
 from processor.executor.fence import FenceState, Refusal, RefusalCode, Requirements
-from processor.executor.handlers import Call, ExecutionFailed, Handlers, Registration
+from processor.executor.handlers import (
+    Call,
+    ExecutionFailed,
+    Handlers,
+    OutcomeUnknown,
+    Registration,
+)
 from processor.executor.ledger import restore_ledger_partition
 from processor.executor.records import (
     EntryState,
@@ -691,6 +697,8 @@ class ExecutorClient:
         except ExecutionFailed as exc:
             outcome, reason = ExecutionOutcome.FAILED, exc.code
             retry, detail = exc.retry_possible, exc.detail
+        except OutcomeUnknown as exc:
+            outcome, reason, detail = ExecutionOutcome.UNKNOWN, exc.code, exc.detail
         except TimeoutError:
             if deadline.expired():
                 outcome, reason = ExecutionOutcome.UNKNOWN, "handler_timeout"

@@ -15,8 +15,10 @@ that the execution-time fence let through, with:
   call never writes argument values.
 
 A handler returns a small JSON object for the result record (or ``None``), or raises
-:class:`ExecutionFailed` with a code for a clean failure. Any other exception is recorded as
-failed with the exception's class name only (its message may contain argument values).
+:class:`ExecutionFailed` with a code for a clean failure, or :class:`OutcomeUnknown` when it
+cannot tell whether the external side effect happened (a connection lost mid-call: the outcome
+is ``unknown``, as after a crash). Any other exception is recorded as failed with the
+exception's class name only (its message may contain argument values).
 
 ``processor executor run --handlers module:object`` loads ``object`` with
 :func:`load_handlers`: a :class:`Handlers`, a mapping ``{tool: handler}``, or a zero-argument
@@ -39,6 +41,7 @@ __all__ = [
     "ExecutionFailed",
     "Handler",
     "Handlers",
+    "OutcomeUnknown",
     "Registration",
     "load_handlers",
 ]
@@ -106,6 +109,19 @@ class ExecutionFailed(Exception):
             code = "handler_error"
         self.code = code
         self.retry_possible = retry_possible
+        self.detail = detail[:512]
+        super().__init__(code)
+
+
+class OutcomeUnknown(Exception):
+    """Raised by a handler that cannot tell whether the side effect happened (the request may
+    have reached the external system; its answer was lost). The outcome is ``unknown`` with
+    ``code`` as its reason, and the call is never run again."""
+
+    def __init__(self, code: str, *, detail: str = "") -> None:
+        if not _CODE.fullmatch(code):
+            code = "outcome_unknown"
+        self.code = code
         self.detail = detail[:512]
         super().__init__(code)
 
