@@ -26,6 +26,7 @@ inside the commands.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
@@ -49,6 +50,13 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NAME=ENV_VAR",
         help="an HTTP header whose value is read from ENV_VAR (also PROCESSOR_MCP_HEADERS)",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        metavar="NAME",
+        help="pass this environment variable to a stdio server (it gets only a safe default "
+        "set: HOME, PATH, …)",
     )
     parser.add_argument("--server-name", help="the server's name in the registry")
     parser.add_argument(
@@ -124,8 +132,11 @@ def _spec(settings: McpSettings, args: argparse.Namespace) -> ServerSpec:
     from processor.mcp.settings import headers_from_flags  # noqa: PLC0415
 
     headers = settings.header_values(headers_from_flags(args.header))
+    env = {name: os.environ[name] for name in args.server_env or () if name in os.environ}
     try:
-        return ServerSpec(command=settings.server_command, url=settings.server_url, headers=headers)
+        return ServerSpec(
+            command=settings.server_command, url=settings.server_url, headers=headers, env=env
+        )
     except ValueError as exc:
         raise ConfigurationError(
             "mcp_server", f"{exc} (--server-command / --server-url, PROCESSOR_MCP_SERVER_*)"
