@@ -182,7 +182,7 @@ def import_entries(
     definitions: Sequence[ToolDefinition],
     *,
     confirm_destructive: bool = True,
-    namespace_key: bool = False,
+    namespace_key: bool = True,
 ) -> ImportResult:
     """Registry entries for a server's tools.
 
@@ -190,8 +190,9 @@ def import_entries(
     is not read-only and is destructive (the MCP defaults: a tool without annotations is both),
     unless ``confirm_destructive`` is false; the hints are recorded in the ``mcp`` block with
     the digest. The tool version is the digest's first 12 hex digits, so a re-import of a
-    changed definition is a new version. ``namespace_key``: write the server's name as the
-    entry's ``namespace``. A tool whose entry the registry refuses is left out, with a line.
+    changed definition is a new version. ``namespace_key``: the server's name is the entry's
+    ``namespace`` (the tool's identity is then ``(server, name)``; false: a bare tool). A
+    tool whose entry the registry refuses is left out, with a line.
     """
     from processor.core.registry import Registry  # noqa: PLC0415  (registry imports this module)
 

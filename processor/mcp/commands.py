@@ -75,6 +75,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="do not require confirmation for destructive tools (destructiveHint)",
     )
+    imp.add_argument(
+        "--no-namespace",
+        action="store_true",
+        help="declare the tools bare, not in the server's namespace (its name)",
+    )
     imp.set_defaults(func=_import_command)
 
 

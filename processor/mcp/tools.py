@@ -8,7 +8,9 @@ claim and outcome, never a re-run).
 
 Per call, once the connection holds a live session whose listing was checked:
 
-1. the tool's pin: a definition that differs from the registry's digest fails the call
+1. the call's namespace must be the one its tool is pinned in (else ``wrong_namespace``: the
+   executor client never hands over another namespace's tool, this is a second check); the
+   tool's pin: a definition that differs from the registry's digest fails the call
    ``tool_changed``; a tool the server no longer lists fails it ``tool_unavailable`` (the
    request is not sent);
 2. ``tools/call`` with the validated arguments and ``_meta`` = ``{META_IDEMPOTENCY_KEY:
@@ -153,14 +155,23 @@ class McpTools:
                 await self._on_change(change)
 
     def handlers(self) -> Handlers:
-        """One handler per pinned tool of this server (ConfigurationError when there is none)."""
+        """One handler per pinned tool of this server, registered in the tool's namespace
+        (the server's name, as ``tools import-mcp`` writes it; or none). ConfigurationError
+        when the registry pins no tool of this server, or pins one in another namespace."""
         handlers = Handlers()
         for tool in self.pinned():
-            if not handlers.handles(tool.name):
+            if tool.namespace is not None and tool.namespace != self.server:
+                raise ConfigurationError(
+                    "mcp_namespace",
+                    f"tool {tool.name!r} is pinned to MCP server {self.server!r} but declared "
+                    f"in namespace {tool.namespace!r} (the server's name, or none)",
+                )
+            if not handlers.handles(tool.name, tool.namespace):
                 handlers.register(
                     tool.name,
                     self.handle,
                     timeout_seconds=self.call_timeout_seconds + TIMEOUT_MARGIN_SECONDS,
+                    namespace=tool.namespace,
                 )
         if not len(handlers):
             raise ConfigurationError(
@@ -170,8 +181,12 @@ class McpTools:
             )
         return handlers
 
-    def refusal(self, tool: str) -> ExecutionFailed | None:
-        """Why a call of ``tool`` must not be sent now, if it must not."""
+    def refusal(self, tool: str, namespace: str | None) -> ExecutionFailed | None:
+        """Why a call of ``tool`` in ``namespace`` must not be sent now, if it must not."""
+        if not any(t.name == tool and t.namespace == namespace for t in self.pinned()):
+            return ExecutionFailed(
+                "wrong_namespace", detail="this tool is not this MCP server's in that namespace"
+            )
         state = self.states.get(tool)
         if state is PinState.CHANGED:
             return ExecutionFailed(
@@ -192,7 +207,7 @@ class McpTools:
                 meta,
                 wait_seconds=self.session_wait_seconds,
                 read_timeout_seconds=self.call_timeout_seconds,
-                before_send=lambda: self.refusal(call.tool),
+                before_send=lambda: self.refusal(call.tool, call.namespace),
             )
         except NotSent:
             raise ExecutionFailed(

@@ -20,7 +20,7 @@ import orjson
 import pytest
 import yaml
 
-from processor.core.events import Audit
+from processor.core.events import Audit, Dispatch
 from processor.core.registry import Registry
 from processor.mcp.connection import McpConnection, ServerSpec
 from processor.mcp.tools import META_IDEMPOTENCY_KEY, McpTools
@@ -36,15 +36,20 @@ from tests.integration.conftest import (
 from tests.integration.test_executor_fence import (
     Executor,
     group_of,
-    make_dispatch,
     running,
     wait_results,
     write_dispatch,
 )
+from tests.integration.test_executor_fence import make_dispatch as _make_dispatch
 
 pytestmark = pytest.mark.integration
 
 SERVER = [sys.executable, "-m", "tests.integration.mcp_server"]
+
+
+def make_dispatch(*args: Any, namespace: str | None = "bookings", **kwargs: Any) -> Dispatch:
+    """A dispatch of the test server's tool (in its namespace, as import-mcp declares it)."""
+    return _make_dispatch(*args, **kwargs).model_copy(update={"namespace": namespace})
 
 
 class Server:
@@ -117,6 +122,7 @@ async def pinned_registry(server: Server, tmp: Path) -> Registry:
     doc = yaml.safe_load(path.read_text())
     book = next(t for t in doc["tools"] if t["name"] == "book_slot")
     assert book["mcp"]["server"] == "bookings" and book["mcp"]["digest"].startswith("sha256:")
+    assert book["namespace"] == "bookings"
     assert book["requires_confirmation"] is False  # destructiveHint false
     assert book["parameters"]["required"] == ["slot"]
     return load_registry(path)
@@ -142,6 +148,7 @@ async def mcp_executor(
     await connection.start()
     try:
         executor = Executor(rt.settings, tools.handlers(), group=group_of(rt), registry=registry)
+        tools.executor = executor  # type: ignore[attr-defined]
         async with running(executor):
             yield tools, connection
     finally:
@@ -172,12 +179,16 @@ async def test_stdio_calls_end_to_end_with_the_fence_and_bounded_results(
     cancelled = make_dispatch(
         "acme", "t-cancelled", "call_0", tool="book_slot", arguments={"slot": "7"}
     )
-    for d in [*calls.values(), cancelled]:
+    # the same tool name, bare and in another namespace: another group's tools, never run here
+    bare = make_dispatch("acme", "t-bare", "call_0", tool="book_slot", namespace=None)
+    other = make_dispatch("acme", "t-other", "call_0", tool="book_slot", namespace="crm")
+    for d in [*calls.values(), cancelled, bare, other]:
         await rt.control(turn_started("acme", d.turn_id))
-    await write_dispatch(rt, *calls.values(), cancelled)
+    await write_dispatch(rt, bare, other, *calls.values(), cancelled)
     await rt.control(turn_cancelled("acme", "t-cancelled"))  # after dispatch, before execution
-    async with mcp_executor(rt, server, registry) as (_tools, connection):
+    async with mcp_executor(rt, server, registry) as (tools, connection):
         got = {r.turn_id: r for r in await wait_results(rt.settings, 5, timeout=90)}
+        assert tools.executor.client.stats.other_tools == 2  # type: ignore[attr-defined]
         # the crash closed the session; it is reopened
         await wait_until(
             lambda: _true(connection.sessions >= 2 and connection.live),
@@ -199,7 +210,9 @@ async def test_stdio_calls_end_to_end_with_the_fence_and_bounded_results(
     assert server.keys("book_slot") == [calls["book_slot"].dispatch_id]
     for name in ("fail", "big", "crash"):
         assert server.keys(name) == [calls[name].dispatch_id]
-    assert cancelled.dispatch_id not in {s["key"] for s in server.seen()}
+    seen = {s["key"] for s in server.seen()}
+    assert not seen & {cancelled.dispatch_id, bare.dispatch_id, other.dispatch_id}
+    assert set(got) == {f"t-{n}" for n in calls} | {"t-cancelled"}
     status = [s for s in await rt.read("status") if s["turn_id"] == "t-crash"]
     assert [s["state"] for s in status] == ["failed"]  # what the user is told: unknown
     # the crashed call is never run again: a second member of the group skips it
