@@ -141,6 +141,9 @@ def verifier_for(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier
     )
 
 
+_verifier = verifier_for  # its earlier name
+
+
 async def serve(client: ExecutorClient, *, create_topics: bool) -> int:
     """Run ``client`` until a signal or a lost broker: the body of every executor command."""
     from processor.runtime.clients import ignore_fenced_leftovers  # noqa: PLC0415
