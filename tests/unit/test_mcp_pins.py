@@ -13,7 +13,6 @@ from processor.core.mcp_pins import (
     PinState,
     ToolDefinition,
     compare,
-    definition_digest,
     import_entries,
 )
 from processor.core.registry import Registry
