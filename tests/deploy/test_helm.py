@@ -204,7 +204,9 @@ def test_rendered_kinds(rendered: tuple[str, list[dict[str, Any]]]) -> None:
         "Service/tcp-toolcall-processor-executor",
         "ServiceMonitor/tcp-toolcall-processor",
     ]
-    assert kinds == sorted(base if name == "default" else base + full)
+    executor = [k for k in full if k.endswith("-executor")]
+    expected = {"default": base, "full": base + full, "mcp": base + executor}[name]
+    assert kinds == sorted(expected)
     # operators' private keys, SASL passwords and TLS keys are referenced, never rendered
     assert not [d for d in docs if d["kind"] == "Secret"]
 
@@ -335,7 +337,7 @@ def test_replicas_never_exceed_partitions(rendered: tuple[str, list[dict[str, An
             ["--set", "executor.enabled=true", "--set", "executor.mode=mcp"],
             "executor.mcp.serverCommand or executor.mcp.serverUrl is required",
         ),
-        (["--set", "executor.mode=lambda"], "executor.mode"),
+        (["--set", "executor.mode=lambda"], "value must be one of 'run', 'mcp'"),
     ],
 )
 def test_bad_values_are_refused(helm: str, overrides: list[str], message: str) -> None:
@@ -357,7 +359,7 @@ def test_prometheus_rule_carries_the_shared_rules_file(helm: str) -> None:
 
 def test_executor_runs_executor_mcp_with_its_headers_from_a_secret(helm: str) -> None:
     docs = render(helm, *VALUES["mcp"])
-    [executor] = [d for d in docs if d["metadata"]["name"].endswith("-executor")]
+    [executor] = [d for d in workloads(docs) if d["metadata"]["name"].endswith("-executor")]
     [c] = containers(executor)
     assert c["args"][:2] == ["executor", "mcp"]
     assert c["args"][c["args"].index("--server-url") + 1] == (
@@ -378,7 +380,7 @@ def test_executor_runs_executor_mcp_with_its_headers_from_a_secret(helm: str) ->
         "--set",
         "executor.mcp.serverCommand=python -m bookings_mcp",
     )
-    [executor] = [d for d in stdio if d["metadata"]["name"].endswith("-executor")]
+    [executor] = [d for d in workloads(stdio) if d["metadata"]["name"].endswith("-executor")]
     [c] = containers(executor)
     assert c["args"][c["args"].index("--server-command") + 1] == "python -m bookings_mcp"
     assert cli_accepts(c["args"]) is None
