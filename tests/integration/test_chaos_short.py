@@ -139,5 +139,5 @@ def test_short_chaos_run_with_mcp_executors_runs_each_dispatch_at_most_once(
     assert summary["unreported"] == 0 and summary["executed_twice"] == 0, summary
     assert summary["outcomes"].get("unknown", 0) >= 1, summary
     logs = [log.read_text() for log in tmp_path.glob("x*.log")]
-    assert logs and all("MCP session open" in log for log in logs)  # `executor mcp` members
+    assert logs and any("MCP session open" in log for log in logs)  # `executor mcp` members
     assert report.unexpected_exits == []
