@@ -1,15 +1,13 @@
 """How to reach an MCP server, from the environment (``PROCESSOR_MCP_*``) and the flags.
 
-=================================  ==========================================================
-``PROCESSOR_MCP_SERVER_COMMAND``   a command line started as a stdio server
-``PROCESSOR_MCP_SERVER_URL``       a Streamable HTTP endpoint (``https://…/mcp``)
-``PROCESSOR_MCP_SERVER_NAME``      the server's name in the registry (default: the name the
-                                   server reports in ``initialize``)
-``PROCESSOR_MCP_HEADERS``          HTTP headers, a JSON object (``{"Authorization": "Bearer
-                                   …"}``): secrets, so from the environment only, never logged
-``PROCESSOR_MCP_CALL_TIMEOUT_SECONDS``  one ``tools/call``'s deadline (60)
-``PROCESSOR_MCP_MAX_RESULT_BYTES``      the largest result recorded (65,536; at most that)
-=================================  ==========================================================
+- ``PROCESSOR_MCP_SERVER_COMMAND``: a command line started as a stdio server;
+- ``PROCESSOR_MCP_SERVER_URL``: a Streamable HTTP endpoint (``https://…/mcp``);
+- ``PROCESSOR_MCP_SERVER_NAME``: the server's name in the registry (default: the name the
+  server reports in ``initialize``);
+- ``PROCESSOR_MCP_HEADERS``: HTTP headers, a JSON object (``{"Authorization": "Bearer …"}``):
+  secrets, so from the environment only, never logged;
+- ``PROCESSOR_MCP_CALL_TIMEOUT_SECONDS``: one ``tools/call``'s deadline (60);
+- ``PROCESSOR_MCP_MAX_RESULT_BYTES``: the largest result recorded (65,536, and at most that).
 
 ``--header NAME=ENV_VAR`` adds a header whose value is read from ``ENV_VAR`` (so a secret is
 never on a command line). The flags ``--server-command``, ``--server-url`` and

@@ -165,3 +165,20 @@ def test_result_mapping_bounds_and_errors() -> None:
     with pytest.raises(ExecutionFailed) as failed:
         result_output(big, 1000)
     assert failed.value.code == "result_too_large"
+
+
+def test_the_mcp_commands_parse_without_importing_the_sdk() -> None:
+    """`processor --help`, `processor tools …` and `processor executor …` build their parsers
+    without the mcp SDK (the base install has none)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import processor.cli as c; c.build_parser(sys.argv[1:]);"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
+    )
+    for argv in ([], ["tools", "import-mcp"], ["executor", "mcp"]):
+        result = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True
+        )
+        assert result.stdout.strip() == "[]", (argv, result.stdout)
