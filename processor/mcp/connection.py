@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 from urllib.parse import urlsplit
 
+from processor.core.errors import ProcessorError
 from processor.core.mcp_pins import ToolDefinition
 from processor.observability.logging import fields
 
@@ -96,7 +97,7 @@ class ServerSpec:
 
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
-            raise ValueError("give a server command or a server URL, not both")
+            raise ValueError("give one of a server command and a server URL")
         if self.command is not None and not shlex.split(self.command):
             raise ValueError("the server command is empty")
         if self.url is not None and urlsplit(self.url).scheme not in ("http", "https"):
@@ -249,7 +250,7 @@ class McpConnection:
                 attempt = 0
             except Exception as exc:
                 if self._first is not None and not self._first.done():
-                    self._first.set_exception(exc)
+                    self._first.set_exception(self._unreachable(exc))
                     return
                 log.warning(
                     "MCP session failed; reconnecting",
@@ -325,6 +326,15 @@ class McpConnection:
         if isinstance(message, ToolListChangedNotification):
             self._ready.clear()  # no call goes through until the new listing is checked
             self._relist.set()
+
+    def _unreachable(self, exc: BaseException) -> ProcessorError:
+        """One line for a first session that could not be opened (the innermost cause)."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        why = f"{type(exc).__name__}: {str(exc)[:200]}" if str(exc) else type(exc).__name__
+        return ProcessorError(
+            "mcp_unreachable", f"no session with the MCP server {self.spec.describe()} ({why})"
+        )
 
     def _client_info(self) -> Any:
         from mcp.types import Implementation  # noqa: PLC0415

@@ -182,3 +182,20 @@ def test_the_mcp_commands_parse_without_importing_the_sdk() -> None:
             [sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True
         )
         assert result.stdout.strip() == "[]", (argv, result.stdout)
+
+
+async def test_an_unreachable_server_is_one_clear_error() -> None:
+    pytest.importorskip("mcp")
+    from processor.core.errors import ProcessorError
+    from processor.mcp.connection import McpConnection, ServerSpec
+
+    connection = McpConnection(ServerSpec(command="/nonexistent/mcp-server --stdio"))
+    with pytest.raises(ProcessorError) as raised:
+        await connection.start()
+    assert raised.value.reason == "mcp_unreachable"
+    assert "stdio:/nonexistent/mcp-server" in str(raised.value)
+    assert "FileNotFoundError" in str(raised.value)
+    with pytest.raises(ValueError, match="one of a server command and a server URL"):
+        ServerSpec(command="x", url="http://127.0.0.1:1/mcp")
+    with pytest.raises(ValueError, match="http"):
+        ServerSpec(url="file:///etc/passwd")
