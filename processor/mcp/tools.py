@@ -68,7 +68,8 @@ log = logging.getLogger(__name__)
 META_IDEMPOTENCY_KEY: Final = "toolcall-processor/idempotency-key"
 """The ``_meta`` key of a ``tools/call`` that carries the dispatch id."""
 TIMEOUT_MARGIN_SECONDS: Final = 5.0
-"""The executor's own deadline on a handler is the call timeout plus this (a backstop)."""
+"""The executor's own deadline on a handler is the wait for a session, the call timeout, and
+this (a backstop: the call's own timeout ends it first, as ``mcp_timeout``)."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,9 @@ class McpTools:
                 handlers.register(
                     tool.name,
                     self.handle,
-                    timeout_seconds=self.call_timeout_seconds + TIMEOUT_MARGIN_SECONDS,
+                    timeout_seconds=self.session_wait_seconds
+                    + self.call_timeout_seconds
+                    + TIMEOUT_MARGIN_SECONDS,
                     namespace=tool.namespace,
                 )
         if not len(handlers):
