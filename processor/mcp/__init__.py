@@ -4,6 +4,8 @@
   HTTP), kept open and reopened, that lists tools and sends ``tools/call``;
 - :mod:`processor.mcp.tools` — the executor's side: the handlers (one ``tools/call`` per
   dispatched call), the result mapping and its bounds, and the pinned definitions;
+- :mod:`processor.mcp.audit` — the audit record of a definition that departs from its pin;
+- :mod:`processor.mcp.settings` — how to reach the server (``PROCESSOR_MCP_*``, headers);
 - :mod:`processor.mcp.commands` — ``processor executor mcp`` and ``processor tools import-mcp``.
 
 The definition digests and the registry's ``mcp`` block are pure and live in

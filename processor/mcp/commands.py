@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from processor.mcp.connection import ServerSpec
     from processor.mcp.settings import McpSettings
-    from processor.mcp.tools import PinChange
     from processor.settings import Settings
 
 __all__ = ["register", "register_executor_mcp"]
@@ -247,6 +246,7 @@ async def _run_executor(
 ) -> int:
     from processor.executor.client import ExecutorClient  # noqa: PLC0415
     from processor.executor.commands import serve, verifier_for  # noqa: PLC0415
+    from processor.mcp.audit import AuditWriter  # noqa: PLC0415
     from processor.mcp.connection import McpConnection  # noqa: PLC0415
     from processor.mcp.tools import McpTools  # noqa: PLC0415
     from processor.recursion import allow_deep_validation  # noqa: PLC0415
@@ -290,55 +290,3 @@ async def _run_executor(
     finally:
         await connection.stop()
         await audit.stop()
-
-
-class AuditWriter:
-    """Writes one audit record per pinned-definition departure (an idempotent producer,
-    started on first use; a failure to write is logged, never raised: the refusal holds)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._producer: Any = None
-
-    async def write(self, change: PinChange) -> None:
-        import logging  # noqa: PLC0415
-        import time  # noqa: PLC0415
-
-        from processor.core.events import Audit, AuditOutcome, encode, stable_id  # noqa: PLC0415
-        from processor.observability.logging import fields  # noqa: PLC0415
-        from processor.runtime.clients import IdempotentProducer  # noqa: PLC0415
-
-        state = change.state.value
-        listed = change.listed or ""
-        record = Audit(
-            audit_id=stable_id("audit", "mcp", change.server, change.tool, state, listed),
-            command_id=stable_id("mcp", change.server, change.tool, state, listed),
-            command_type=f"mcp.tool_{state}",
-            issued_by=f"mcp:{change.server}"[:256],
-            reason=(
-                f"MCP server {change.server[:128]!r}, tool {change.tool[:128]!r}: {state} "
-                f"(registry {change.pinned or 'none'}, server {change.listed or 'none'})"
-            ),
-            outcome=AuditOutcome.REJECTED,
-            rejection=f"tool_{state}",
-            ts=time.time(),
-        )
-        try:
-            if self._producer is None:
-                topic = self.settings.topics.audit
-                producer = IdempotentProducer(self.settings, topic, "mcp-audit")
-                await producer.start()
-                self._producer = producer
-            await self._producer._producer.send_and_wait(
-                self.settings.topics.audit, encode(record), key=f"mcp/{change.server}".encode()
-            )
-        except Exception as exc:
-            logging.getLogger(__name__).error(
-                "could not write the audit record of an MCP definition change",
-                extra=fields(tool=change.tool[:128], error=type(exc).__name__),
-            )
-
-    async def stop(self) -> None:
-        if self._producer is not None:
-            await self._producer.stop()
-            self._producer = None
