@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# One image for every role: `processor worker`, `processor executor run`, `processor ctl …`,
-# `processor topics create`. Slim, non-root (uid 10001), nothing written outside /tmp, so it runs
+# One image for every role: `processor worker`, `processor executor run`, `processor executor
+# mcp` (the [mcp] extra, in EXTRAS), `processor ctl …`, `processor topics create`. Slim, non-root (uid 10001), nothing written outside /tmp, so it runs
 # with a read-only root filesystem (mount an emptyDir or tmpfs on /tmp).
 #
 #   docker build --build-arg VERSION=$(git describe --tags --always) -t toolcall-processor .
@@ -8,12 +8,14 @@
 ARG PYTHON_VERSION=3.12
 
 FROM python:${PYTHON_VERSION}-slim AS build
+# optional extras installed with the processor (comma-separated; "" for none)
+ARG EXTRAS=mcp
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/processor
 COPY pyproject.toml README.md ./
 COPY processor ./processor
-RUN /opt/processor/bin/pip install . \
+RUN /opt/processor/bin/pip install ".${EXTRAS:+[$EXTRAS]}" \
  && /opt/processor/bin/python -m compileall -q /opt/processor/lib
 
 FROM python:${PYTHON_VERSION}-slim

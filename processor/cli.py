@@ -35,6 +35,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "topics": ("processor.runtime.commands", "create or describe the processor's topics"),
     "tail": ("processor.runtime.commands", "print committed records of an output topic"),
     "executor": ("processor.executor.commands", "run tool handlers on dispatched calls"),
+    "tools": ("processor.mcp.commands", "tool registry files: import from an MCP server"),
     "ctl": ("processor.ops.ctl", "write control events and signed operator commands"),
     "audit": ("processor.ops.audit", "list the audit trail of control and operator commands"),
 }

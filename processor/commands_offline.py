@@ -89,10 +89,17 @@ def replay(
 def output_line(record: OutputRecord) -> bytes:
     data: dict[str, Any] = {"kind": kinds()[type(record)]}
     data.update(record.model_dump(mode="json"))
+    if "namespace" in data and data["namespace"] is None:
+        del data["namespace"]  # as on the wire (``encode``): a bare tool names no namespace
     from processor.observability.terminal import printable_json  # noqa: PLC0415
 
     # untrusted text escaped for a terminal: the same JSON value
     return printable_json(orjson.dumps(data).decode()).encode() + b"\n"
+
+
+def _shown_tool(tool: str | None, namespace: str | None) -> str:
+    """A tool as a reader sees it: ``crm.transfer`` for ``transfer`` in namespace ``crm``."""
+    return f"{namespace}.{tool}" if namespace is not None else str(tool)
 
 
 def text_line(record: OutputRecord) -> bytes:
@@ -102,13 +109,16 @@ def text_line(record: OutputRecord) -> bytes:
     match record:
         case Dispatch():
             args = orjson.dumps(record.arguments).decode()
-            text = f"DISPATCH  {record.tool}({args})  call={record.call_id} id={record.dispatch_id}"
+            tool = _shown_tool(record.tool, record.namespace)
+            text = f"DISPATCH  {tool}({args})  call={record.call_id} id={record.dispatch_id}"
         case Proposal():
             args = orjson.dumps(record.arguments).decode()
-            text = f"PROPOSAL  {record.tool}({args})  call={record.call_id} {record.args_digest}"
+            tool = _shown_tool(record.tool, record.namespace)
+            text = f"PROPOSAL  {tool}({args})  call={record.call_id} {record.args_digest}"
         case Ledger():
             text = (
-                f"ledger    {record.tool}  call={record.call_id}  {record.state}"
+                f"ledger    {_shown_tool(record.tool, record.namespace)}"
+                f"  call={record.call_id}  {record.state}"
                 f"  reason={record.terminal_reason}  fragments={record.fragment_count}"
                 f"  bytes={record.bytes}  validation={record.validation_result}"
             )

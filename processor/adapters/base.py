@@ -101,6 +101,7 @@ class OpenCall:
     ended: bool = False
     withheld: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    namespace: str | None = None  # the tool's namespace, where the protocol names one
 
 
 class StreamAdapter(ABC):
@@ -319,6 +320,7 @@ class StreamAdapter(ABC):
             call,
             "started",
             tool=call.tool,
+            namespace=call.namespace,
             actor=self.ctx.actor,
             session=self.ctx.session,
         )

@@ -5,8 +5,9 @@ This module owns the reading of the Responses event vocabulary:
 * Identity. ``response.created`` names the response (``response.id``); every later event
   belongs to the latest created response. A ``function_call`` output item is one call: item id
   = ``item.id`` (``#<output_index>`` if a server omits it), call id = ``item.call_id`` (the item
-  id if a server omits it), tool = ``item.name``. Argument deltas are found by ``item_id``, else
-  by ``output_index``; when both are given they must agree.
+  id if a server omits it), tool = ``item.name`` in namespace ``item.namespace`` (absent or
+  null: a bare tool; a namespace is part of the tool's identity). Argument deltas are found
+  by ``item_id``, else by ``output_index``; when both are given they must agree.
 * Positions. ``seq`` is arrival order per call. ``sequence_number`` is checked per response: an
   already seen number is a replay (a delta is re-emitted at the position it had, so it carries
   the same event id and the Assembler dedupes it; other replayed events are ignored); a gap or a
@@ -19,7 +20,8 @@ This module owns the reading of the Responses event vocabulary:
   streamed text), as JSON; if they disagree the response ends ``error`` /
   ``arguments_mismatch`` at once, so the call never acts. A ``function_call`` item done with a
   status other than ``completed`` after its call ended forbids a ``completed`` ending: a later
-  ``response.completed`` ends the response ``error`` / ``item_incomplete``.
+  ``response.completed`` ends the response ``error`` / ``item_incomplete``; so does one naming
+  another call id, name or namespace (``call_identity_changed``).
 * Response ends (one rule, :mod:`processor.adapters.verdicts`). Only ``response.completed``
   ends a response ``completed``. ``response.incomplete`` is judged by
   ``incomplete_details.reason`` in :data:`STOP_REASONS` (never normal); ``response.failed``
@@ -79,6 +81,7 @@ _UNSUPPORTED_ITEMS: Final = frozenset({"custom_tool_call", "computer_call"})
 _DELTA: Final = "response.function_call_arguments.delta"
 _CALL_EVENTS: Final = "response.function_call"
 _ITEM_INCOMPLETE: Final = "item_incomplete"
+_IDENTITY_CHANGED: Final = "call_identity_changed"
 STOP_REASONS: Final = RESPONSES.stops
 _F: Final = Fields(PROVIDER)
 
@@ -304,11 +307,13 @@ class OpenAIResponsesAdapter(StreamAdapter):
         item_id = _F.opt(item, "id", str) or f"#{output_index}"
         call_id = _F.opt(item, "call_id", str) or item_id
         tool = _F.text(item, "name", MAX_NAME)
+        namespace = _F.opt_text(item, "namespace", MAX_NAME)
         call = _Call(response.response_id, item_id, call_id, tool, output_index=output_index)
+        call.namespace = namespace
         started = self.started(call)  # first: an oversized id is a bad chunk, not a conflict
         existing = response.calls.get(item_id)
         if existing is not None:
-            self._check_same(existing, call_id, tool)
+            self._check_same(existing, call_id, tool, namespace)
             return []
         self._register(response, call)
         return [started]
@@ -329,11 +334,19 @@ class OpenAIResponsesAdapter(StreamAdapter):
             clash.withheld = True
         response.by_index[call.output_index] = call
 
-    def _check_same(self, call: _Call, call_id: str | None, tool: str | None) -> None:
-        """Names and ids are set once: a repeat is ignored, a conflict withholds the end."""
-        if (call_id is None or call_id == call.call_id) and (tool is None or tool == call.tool):
-            return
-        self.withhold(call, "conflicting call id or name")
+    def _check_same(
+        self, call: _Call, call_id: str | None, tool: str | None, namespace: str | None
+    ) -> bool:
+        """Names, namespaces and ids are set once: a repeat is ignored (True), a conflict
+        withholds the end (False; a namespace changes which tool runs)."""
+        if (
+            (call_id is None or call_id == call.call_id)
+            and (tool is None or tool == call.tool)
+            and (namespace is None or namespace == call.namespace)
+        ):
+            return True
+        self.withhold(call, "conflicting call id, name or namespace")
+        return False
 
     def _find(self, response: _Response, event: dict[str, Any]) -> _Call | None:
         item_id = _F.opt(event, "item_id", str)
@@ -386,7 +399,14 @@ class OpenAIResponsesAdapter(StreamAdapter):
         call = self._find(response, lookup)
         if call is None:
             return []
-        self._check_same(call, _F.opt(item, "call_id", str), _F.opt(item, "name", str))
+        same = self._check_same(
+            call,
+            _F.opt(item, "call_id", str),
+            _F.opt(item, "name", str),
+            _F.opt(item, "namespace", str),
+        )
+        if not same and call.ended:  # too late to withhold: the response must not complete
+            response.voided = _IDENTITY_CHANGED
         arguments = _F.opt(item, "arguments", str)
         if item.get("status") not in (None, "completed"):
             if call.ended:

@@ -107,7 +107,7 @@ from processor.core.events import (
 from processor.core.inert import CallTuple, InertCall, call_tuple
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits, fair_share_payers, permission
-from processor.core.registry import DispatchOn, Registry, ValidationContext
+from processor.core.registry import DispatchOn, Registry, ToolDeclaration, ValidationContext
 from processor.core.states import CallState, TerminalReason, Trigger
 from processor.core.validation import Rejected, validate_call
 
@@ -169,7 +169,7 @@ class Assembler:
         self._active: dict[CallTuple, CallBuffer] = {}
         # (max bytes, max deltas) per declared tool name as written (None: no tool yet), for
         # the limits and registry they were computed from
-        self._bounds: dict[str | None, tuple[int, int]] = {}
+        self._bounds: dict[str | tuple[str, str] | None, tuple[int, int]] = {}
         self._bounds_limits: Limits | None = None
         self._bounds_registry: Registry | None = None
         self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
@@ -524,10 +524,12 @@ class Assembler:
 
     def _apply_start(self, buf: CallBuffer, event: CallStarted) -> None:
         if buf.tool is None:
-            buf.tool, buf.actor = event.tool, event.actor
+            buf.tool, buf.namespace, buf.actor = event.tool, event.namespace, event.actor
             self._check_tool_bounds(buf)  # deltas may have arrived first, under partition limits
-        elif (buf.tool, buf.actor) != (event.tool, event.actor):
-            raise DuplicateConflict(detail="call.started repeated with a different tool or actor")
+        elif (buf.tool, buf.namespace, buf.actor) != (event.tool, event.namespace, event.actor):
+            raise DuplicateConflict(
+                detail="call.started repeated with a different tool, namespace or actor"
+            )
         if buf.state is CallState.ABSENT or buf.state is CallState.COLLECTING:
             buf.fire(Trigger.START)
         # a start after the end (terminal_candidate waiting for binding) adds nothing
@@ -539,7 +541,7 @@ class Assembler:
                 self.duplicate_deltas += 1
                 return
             raise SequenceGap(detail="a delta arrived after the terminal event")
-        max_bytes, max_deltas = self._call_bounds(buf.tool)
+        max_bytes, max_deltas = self._call_bounds(buf.tool, buf.namespace)
         limits = self.limits
         seq = event.seq
         before = buf.byte_count
@@ -583,24 +585,25 @@ class Assembler:
         self._try_validate(buf, text, now, out)
 
     def _check_tool_bounds(self, buf: CallBuffer) -> None:
-        max_bytes, max_deltas = self._call_bounds(buf.tool)
+        max_bytes, max_deltas = self._call_bounds(buf.tool, buf.namespace)
         buf.check_bounds(max_bytes=max_bytes, max_deltas=max_deltas)
 
-    def _call_bounds(self, tool: str | None) -> tuple[int, int]:
+    def _call_bounds(self, tool: str | None, namespace: str | None) -> tuple[int, int]:
         """``(limits.call_bytes(d), limits.call_deltas(d))`` for the declaration ``d`` that
-        ``tool`` resolves to (None: no tool yet, or an unknown one), cached per declared name;
-        unknown names are not cached (a model may write any number of them)."""
+        ``tool`` in ``namespace`` resolves to (None: no tool yet, or an unknown one), cached per
+        declared identity; unknown names are not cached (a model may write any number of them)."""
         if self._bounds_limits is not self.limits or self._bounds_registry is not self.registry:
             self._bounds = {}
             self._bounds_limits, self._bounds_registry = self.limits, self.registry
-        found = self._bounds.get(tool)
+        slot = tool if namespace is None or tool is None else (namespace, tool)
+        found = self._bounds.get(slot)
         if found is not None:
             return found
-        resolution = self.registry.resolve(tool) if tool else None
+        resolution = self.registry.resolve(tool, namespace) if tool else None
         declaration = resolution.declaration if resolution else None
         found = (self.limits.call_bytes(declaration), self.limits.call_deltas(declaration))
         if declaration is not None or not tool:
-            self._bounds[tool] = found
+            self._bounds[slot] = found
         return found
 
     def _on_response_ended(
@@ -664,9 +667,12 @@ class Assembler:
                 self._unbound_lagging[buf.key] = barrier
             return
         self._unbound_lagging.pop(buf.key, None)
-        resolution = self.registry.resolve(buf.tool or "")
+        registry = self.registry
+        resolution = registry.resolve(buf.tool or "", buf.namespace)
         if resolution is None:
-            buf.validation_result = "unknown_tool"
+            namespace = buf.namespace
+            unknown_namespace = namespace is not None and namespace not in registry.namespaces
+            buf.validation_result = "unknown_namespace" if unknown_namespace else "unknown_tool"
             self._terminate(buf, TerminalReason.UNKNOWN_TOOL, now, out)
             return
         declaration = resolution.declaration
@@ -683,6 +689,7 @@ class Assembler:
                 actor=actor,
                 tool=declaration.name,
                 tool_version=declaration.version,
+                namespace=declaration.namespace,
             )
 
         result = validate_call(text, declaration, ctx)
@@ -699,7 +706,7 @@ class Assembler:
         denied = permission(
             declaration, tenant=buf.key.tenant, call_actor=buf.actor or "", bound_actor=turn.actor
         )
-        if denied is None and self.control.tool_disabled(buf.key.tenant, declaration.name):
+        if denied is None and self._tool_disabled(buf.key.tenant, declaration):
             denied = TerminalReason.TOOL_DISABLED
         if denied is not None:
             self._terminate(buf, denied, now, out)
@@ -891,8 +898,7 @@ class Assembler:
                     [
                         b
                         for b in self._active.values()
-                        if event.tenant in (None, b.key.tenant)
-                        and self._canonical_tool(b.tool or "") == tool
+                        if event.tenant in (None, b.key.tenant) and tool in self._switch_names(b)
                     ],
                     TerminalReason.TOOL_DISABLED,
                     now,
@@ -917,8 +923,23 @@ class Assembler:
         out.append(outputs.audit(event, outcome, None, affected, now))
 
     def _canonical_tool(self, name: str) -> str:
-        resolution = self.registry.resolve(name)
-        return resolution.declaration.name if resolution else name
+        """The name a tool switch naming ``name`` is kept under (switches have no namespace)."""
+        return self.registry.canonical_switch(name)
+
+    def _switch_names(self, buf: CallBuffer) -> frozenset[str]:
+        """The switch names that stop ``buf``'s call: those of the tool its (namespace, name)
+        resolves to, else its name as written (canonical as a switch name)."""
+        declaration = self._declaration(buf)
+        if declaration is not None:
+            names: frozenset[str] = self.registry.switch_names(declaration)
+            return names
+        return frozenset({self._canonical_tool(buf.tool or "")})
+
+    def _tool_disabled(self, tenant: str, declaration: ToolDeclaration) -> bool:
+        """Whether a switch for ``tenant`` (or every tenant) names the declared tool: by its
+        name or an alias, in any namespace (a switch names no namespace)."""
+        disabled = self.control.tool_disabled
+        return any(disabled(tenant, n) for n in self.registry.switch_names(declaration))
 
     def _admit(self, event: Command, now: float, out: list[OutputRecord]) -> AuditOutcome | None:
         """Replay protection (``control.judge_command``): the outcome to audit once the command
@@ -1084,7 +1105,7 @@ class Assembler:
     # ================================================================== outputs
 
     def _declaration(self, buf: CallBuffer) -> Any:
-        resolution = self.registry.resolve(buf.tool) if buf.tool else None
+        resolution = self.registry.resolve(buf.tool, buf.namespace) if buf.tool else None
         return resolution.declaration if resolution else None
 
     # ================================================================== changelog

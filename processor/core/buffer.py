@@ -36,6 +36,7 @@ class CallBuffer:
     key: CallKey
     state: CallState = CallState.ABSENT
     tool: str | None = None  # the name as the model wrote it
+    namespace: str | None = None  # the tool's namespace as the model wrote it (None: bare)
     actor: str | None = None
     provider: str | None = None
     texts: dict[int, str] = field(default_factory=dict)  # accepted deltas by position
@@ -217,6 +218,8 @@ class CallBuffer:
         data: dict[str, Any] = {"key": list(self.key.as_tuple), "state": self.state.value}
         data.update({name: getattr(self, name) for name in self._FACTS})
         data["reason"] = self.reason.value if self.reason else None
+        if self.namespace is not None:  # written only when set: a bare tool's value is as before
+            data["namespace"] = self.namespace
         return data
 
     @classmethod
@@ -227,6 +230,7 @@ class CallBuffer:
         buf.state = CallState(data["state"])
         for name in cls._FACTS:
             setattr(buf, name, data.get(name))
+        buf.namespace = data.get("namespace")
         buf.contiguous = buf.contiguous or 0
         buf.reason = TerminalReason(data["reason"]) if data.get("reason") else None
         return buf

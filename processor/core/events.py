@@ -181,6 +181,9 @@ class CallStarted(_Fragment):
     type: Literal["call.started"] = "call.started"
     seq: Annotated[Literal[0], BeforeValidator(_exactly)] = 0
     tool: Name
+    namespace: Name | None = None
+    """The namespace the model named the tool in (OpenAI Responses ``namespace``); absent or
+    null: a bare tool. Part of the tool's identity: ``crm`` + ``transfer`` is not ``transfer``."""
     actor: Id
     session: Id | None = None
 
@@ -391,6 +394,7 @@ class Dispatch(CallRecord):
     type: Literal["dispatch"] = "dispatch"
     dispatch_id: Id
     tool: Name
+    namespace: Name | None = None  # the tool's namespace (absent: a bare tool)
     tool_version: str
     arguments: dict[str, Any]
     args_digest: Id
@@ -407,6 +411,7 @@ class Proposal(CallRecord):
     type: Literal["proposal"] = "proposal"
     proposal_id: Id
     tool: Name
+    namespace: Name | None = None  # the tool's namespace (absent: a bare tool)
     tool_version: str
     arguments: dict[str, Any]
     args_digest: Id
@@ -429,6 +434,7 @@ class Status(CallRecord):
     type: Literal["status"] = "status"
     status_id: Id
     tool: Name | None = None
+    namespace: Name | None = None  # the tool's namespace (absent: a bare tool)
     state: Annotated[UserState, Lax]
     retry_possible: bool
     message: Reason
@@ -442,6 +448,7 @@ class Ledger(CallRecord):
     type: Literal["ledger"] = "ledger"
     ledger_id: Id
     tool: Name | None
+    namespace: Name | None = None  # the tool's namespace as resolved, else as written
     tool_version: str | None = None
     alias_used: Name | None = None
     state: str
@@ -663,19 +670,30 @@ _FLAT: Final = _flat_models()
 (no nested model, date or path): the worker encodes four of them per call."""
 
 
+_OMITTED_WHEN_NULL: Final = "namespace"
+"""A field added to the contract after v1 shipped, written only when set: a bare tool's
+records stay byte-for-byte what a reader that predates it accepts (the models forbid unknown
+fields), and a namespaced one is refused by such a reader, never read as the bare tool."""
+
+
 def encode(record: BaseModel) -> bytes:
-    """The one canonical encoding of every record (orjson, ``None`` fields kept).
+    """The one canonical encoding of every record (orjson, ``None`` fields kept, except
+    :data:`_OMITTED_WHEN_NULL`, which is left out when null).
 
     Never raises for a valid model: text holding a lone surrogate (possible only in a record
     built in-process, never in one decoded from the wire) is not UTF-8, so it is written with
     ASCII escapes instead; a reader's strict decoder then rejects that record as undecodable.
     """
+    fields = record.__dict__
+    omit = _OMITTED_WHEN_NULL in fields and fields[_OMITTED_WHEN_NULL] is None
     if type(record) in _FLAT:
+        if omit:
+            fields = {k: v for k, v in fields.items() if k != _OMITTED_WHEN_NULL}
         try:
-            return orjson.dumps(record.__dict__)  # a seventh of the cost of model_dump first
+            return orjson.dumps(fields)  # a seventh of the cost of model_dump first
         except TypeError:  # a lone surrogate (or an integer orjson does not take): below
             pass
-    data = record.model_dump(mode="json")
+    data = record.model_dump(mode="json", exclude={_OMITTED_WHEN_NULL} if omit else None)
     try:
         return orjson.dumps(data)
     except TypeError:

@@ -8,6 +8,13 @@ validator of :mod:`processor.core.toolschema`, whose cost stays linear in the ar
 refuses at load a pattern it cannot run so). Aliases map an old name to this tool explicitly (a
 rename mid-release); a name is never guessed. Business validators are callables resolved by the
 loader from dotted paths.
+
+A tool's identity is its ``(namespace, name)``: a tool may declare a ``namespace`` (OpenAI
+Responses groups function tools under one, ``NamespaceTool``, and its calls carry it), and
+resolution is an exact match on both. A namespaced call never resolves a bare tool, a bare call
+never resolves a namespaced one, and a namespace the registry does not declare resolves nothing
+(the call fails ``unknown_tool``, validation result ``unknown_namespace``). A tool's aliases live
+in its namespace.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from processor.core.errors import RegistryError
 from processor.core.fastschema import Check, compile_schema
 from processor.core.formats import format_checker, jsonschema_module, used_formats
+from processor.core.mcp_pins import McpPin, parse_pin
 from processor.core.toolschema import (
     PatternError,
     check_schema_patterns,
@@ -43,6 +51,7 @@ class ValidationContext:
     actor: str
     tool: str
     tool_version: str
+    namespace: str | None = None
 
 
 class BusinessValidator(Protocol):
@@ -90,6 +99,9 @@ class ToolDeclaration:
     limits: ToolLimits = ToolLimits()
     business_validators: tuple[tuple[str, BusinessValidator], ...] = ()
     dispatch_on: DispatchOn = field(default_factory=lambda: DispatchOn.RESPONSE_END)
+    namespace: str | None = None  # with ``name``, the tool's identity (None: a bare tool)
+    # an MCP server's tool: which server, and the digest of the reviewed definition
+    mcp: McpPin | None = None
     # a shortcut for arguments that are certainly valid (processor.core.fastschema); None when
     # the schema uses what it does not decide: jsonschema then always runs
     quick_check: Check | None = field(default=None, init=False, repr=False, compare=False)
@@ -173,29 +185,66 @@ _TOOL_KEYS = frozenset(
         "validators",
         "description",
         "dispatch_on",
+        "namespace",
+        "mcp",
     }
 )
 
+MAX_NAMESPACE = 128
+"""A namespace has the constraints of a tool name on the wire: 1 to 128 characters, no control
+character."""
+
 
 class Registry:
-    """Tool declarations by name and alias. Immutable once built."""
+    """Tool declarations by (namespace, name) and alias. Immutable once built."""
 
     def __init__(self, tools: Sequence[ToolDeclaration]) -> None:
-        self._by_name: dict[str, Resolution] = {}
+        self._by_name: dict[tuple[str | None, str], Resolution] = {}
         for tool in tools:
-            self._add(tool.name, Resolution(tool, None))
+            self._add(tool.namespace, tool.name, Resolution(tool, None))
             for alias in tool.aliases:
-                self._add(alias, Resolution(tool, alias))
+                self._add(tool.namespace, alias, Resolution(tool, alias))
         self.tools: tuple[ToolDeclaration, ...] = tuple(tools)
+        self.namespaces: frozenset[str] = frozenset(
+            t.namespace for t in tools if t.namespace is not None
+        )
+        """The namespaces some tool declares (a call in any other one resolves nothing)."""
+        self._switch_names = {
+            (t.namespace, t.name): frozenset(self.canonical_switch(n) for n in (t.name, *t.aliases))
+            for t in tools
+        }
 
-    def _add(self, name: str, resolution: Resolution) -> None:
-        if name in self._by_name:
-            raise RegistryError(detail=f"name {name!r} is declared twice (tool or alias)")
-        self._by_name[name] = resolution
+    def _add(self, namespace: str | None, name: str, resolution: Resolution) -> None:
+        key = (namespace, name)
+        if key in self._by_name:
+            where = f" in namespace {namespace!r}" if namespace is not None else ""
+            raise RegistryError(detail=f"name {name!r} is declared twice{where} (tool or alias)")
+        self._by_name[key] = resolution
 
-    def resolve(self, name: str) -> Resolution | None:
-        """The declaration for a name as the model wrote it, or None. Exact match only."""
-        return self._by_name.get(name)
+    def resolve(self, name: str, namespace: str | None = None) -> Resolution | None:
+        """The declaration for a name (and namespace) as the model wrote them, or None.
+
+        Exact match on both: ``resolve("transfer", "crm")`` never finds a bare ``transfer``,
+        and ``resolve("transfer")`` never finds ``crm``'s."""
+        return self._by_name.get((namespace, name))
+
+    def canonical_switch(self, name: str) -> str:
+        """The name a tool switch (``tool.disabled`` / ``tool.enabled``) naming ``name`` is
+        kept under: the declared name of the bare tool or bare alias ``name`` names, else
+        ``name`` as written. Switches carry no namespace (see :meth:`switch_names`)."""
+        resolution = self._by_name.get((None, name))
+        return resolution.declaration.name if resolution else name
+
+    def switch_names(self, declaration: ToolDeclaration) -> frozenset[str]:
+        """The switch names that stop ``declaration``: :meth:`canonical_switch` of its name
+        and of each alias. A switch names a tool without a namespace, so it stops that name
+        in every namespace (broader than one tool: the safe side)."""
+        found = self._switch_names.get((declaration.namespace, declaration.name))
+        if found is None:  # a declaration from elsewhere: computed, not cached
+            found = frozenset(
+                self.canonical_switch(n) for n in (declaration.name, *declaration.aliases)
+            )
+        return found
 
     @classmethod
     def from_document(
@@ -327,6 +376,13 @@ def _declaration(
     except ValueError:
         choices = ", ".join(d.value for d in DispatchOn)
         raise RegistryError(detail=f"{where}: 'dispatch_on' must be one of {choices}") from None
+    namespace = entry.get("namespace")
+    if namespace is not None and not _is_namespace(namespace):
+        raise RegistryError(
+            detail=f"{where}: 'namespace' must be a string of 1 to {MAX_NAMESPACE} characters "
+            "without control characters"
+        )
+    mcp = parse_pin(entry["mcp"], where) if entry.get("mcp") is not None else None
     tenants = _str_list(entry.get("allowed_tenants"), where, "allowed_tenants")
     actors = _str_list(entry.get("allowed_actors"), where, "allowed_actors")
     return ToolDeclaration(
@@ -345,6 +401,17 @@ def _declaration(
         ),
         business_validators=tuple(validators),
         dispatch_on=dispatch_on,
+        namespace=namespace,
+        mcp=mcp,
+    )
+
+
+def _is_namespace(value: Any) -> bool:
+    """What the wire's ``namespace`` accepts (``processor.core.events.Name``)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_NAMESPACE
+        and not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value)
     )
 
 

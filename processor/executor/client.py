@@ -54,7 +54,13 @@ from processor.core.events import CallKey, Dispatch, Status, UserState, encode, 
 from processor.core.registry import Registry
 from processor.executor.barrier import BarrierTimeout, ControlBarrier
 from processor.executor.fence import FenceState, Refusal, RefusalCode, Requirements
-from processor.executor.handlers import Call, ExecutionFailed, Handlers, Registration
+from processor.executor.handlers import (
+    Call,
+    ExecutionFailed,
+    Handlers,
+    OutcomeUnknown,
+    Registration,
+)
 from processor.executor.ledger import restore_ledger_partition
 from processor.executor.records import (
     EntryState,
@@ -558,7 +564,7 @@ class ExecutorClient:
             )
             self._skip(owned, next_offset, "undecodable")
             return
-        if not self.handlers.handles(dispatch.tool):
+        if not self.handlers.handles(dispatch.tool, dispatch.namespace):
             self._skip(owned, next_offset, "other_tool")
             return
         if dispatch.dispatch_id in owned.entries:
@@ -570,7 +576,9 @@ class ExecutorClient:
             return
         headers = _trace_headers(record)
         where = (owned.partition, record.offset)
-        registration = self.handlers.lookup(dispatch.tool, dispatch.tool_version)
+        registration = self.handlers.lookup(
+            dispatch.tool, dispatch.tool_version, dispatch.namespace
+        )
         if registration is None:
             await self._refuse(owned, dispatch, headers, "unsupported_tool_version", where=where)
             return
@@ -632,7 +640,7 @@ class ExecutorClient:
     def _requirements(self, registration: Registration, dispatch: Dispatch) -> Requirements:
         declaration = None
         if self.registry is not None:
-            resolution = self.registry.resolve(dispatch.tool)
+            resolution = self.registry.resolve(dispatch.tool, dispatch.namespace)
             declaration = resolution.declaration if resolution else None
         requires = registration.requires_confirmation
         if requires is None:
@@ -691,6 +699,8 @@ class ExecutorClient:
         except ExecutionFailed as exc:
             outcome, reason = ExecutionOutcome.FAILED, exc.code
             retry, detail = exc.retry_possible, exc.detail
+        except OutcomeUnknown as exc:
+            outcome, reason, detail = ExecutionOutcome.UNKNOWN, exc.code, exc.detail
         except TimeoutError:
             if deadline.expired():
                 outcome, reason = ExecutionOutcome.UNKNOWN, "handler_timeout"
@@ -944,7 +954,13 @@ class ExecutorClient:
             resolution = registry.resolve(name)
             return resolution.declaration.name if resolution else None
 
-        return FenceState(verifier=self._verifier, canonical_tool=canonical)
+        def switch_names(name: str, namespace: str | None) -> frozenset[str] | None:
+            resolution = registry.resolve(name, namespace)
+            return registry.switch_names(resolution.declaration) if resolution else None
+
+        return FenceState(
+            verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
+        )
 
     def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
         self.stats.count(outcome.value)

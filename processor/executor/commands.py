@@ -1,5 +1,8 @@
 """``processor executor run``: run an executor group member with handlers from a module.
 
+(``processor executor mcp``, whose handler is a ``tools/call`` on an MCP server, is registered
+here and lives in :mod:`processor.mcp.commands`.)
+
 ::
 
     processor executor run --handlers examples.book_slot_executor:handlers \\
@@ -43,7 +46,7 @@ from processor.runtime import topics as runtime_topics
 from processor.runtime.clients import admin_client
 from processor.settings import Settings
 
-__all__ = ["register"]
+__all__ = ["add_executor_flags", "register", "serve", "verifier_for"]
 
 log = logging.getLogger("processor.executor")
 
@@ -59,20 +62,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     executor = subparsers.add_parser("executor", help="run tool handlers on dispatched calls")
     sub = executor.add_subparsers(dest="executor_command", required=True, metavar="ACTION")
     run = sub.add_parser("run", help="join an executor group and run handlers")
-    add_connection_flags(run)
     run.add_argument("--handlers", required=True, metavar="MODULE:OBJECT")
     run.add_argument("--app-dir", default=".", help="put this folder on sys.path (default .)")
-    run.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group ({DEFAULT_GROUP})")
-    run.add_argument("--executor-id", help="this member's name (default host-pid)")
-    run.add_argument("--tools", help="tool registry: aliases, requires_confirmation, TTLs")
-    run.add_argument("--keyring", action="append", help=f"{KEYRING_HELP} (PROCESSOR_KEYRING_FILE)")
-    run.add_argument("--allow-unsigned-operators", action="store_true", help=argparse.SUPPRESS)
-    run.add_argument("--create-topics", action="store_true", help="create missing topics first")
-    run.add_argument("--barrier-timeout", type=float, default=30.0, help="seconds")
-    run.add_argument("--batch-size", type=int, default=20, help="dispatch records per poll")
-    run.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
-    run.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+    add_executor_flags(run)
     run.set_defaults(func=_run_command)
+    from processor.mcp.commands import register_executor_mcp  # noqa: PLC0415  (argparse only)
+
+    register_executor_mcp(sub, add_executor_flags)
+
+
+def add_executor_flags(
+    parser: argparse.ArgumentParser, *, default_group: str | None = DEFAULT_GROUP
+) -> None:
+    """The flags every executor command shares (``executor run``, ``executor mcp``)."""
+    add_connection_flags(parser)
+    shown = default_group or "toolcall-mcp-<server name>"
+    parser.add_argument("--group", default=default_group, help=f"consumer group ({shown})")
+    parser.add_argument("--executor-id", help="this member's name (default host-pid)")
+    parser.add_argument("--tools", help="tool registry: aliases, requires_confirmation, TTLs")
+    parser.add_argument(
+        "--keyring", action="append", help=f"{KEYRING_HELP} (PROCESSOR_KEYRING_FILE)"
+    )
+    parser.add_argument("--allow-unsigned-operators", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--create-topics", action="store_true", help="create missing topics first")
+    parser.add_argument("--barrier-timeout", type=float, default=30.0, help="seconds")
+    parser.add_argument("--batch-size", type=int, default=20, help="dispatch records per poll")
+    parser.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -88,7 +104,7 @@ def _run_command(args: argparse.Namespace) -> int:
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
     handlers = load_handlers(args.handlers)
-    verifier = _verifier(settings, allow_unsigned=args.allow_unsigned_operators)
+    verifier = verifier_for(settings, allow_unsigned=args.allow_unsigned_operators)
     registry = None
     if settings.tools_file is not None:
         from processor.recursion import allow_deep_validation  # noqa: PLC0415
@@ -106,10 +122,10 @@ def _run_command(args: argparse.Namespace) -> int:
         barrier_timeout_seconds=args.barrier_timeout,
         batch_size=args.batch_size,
     )
-    return asyncio.run(_serve(client, create_topics=args.create_topics))
+    return asyncio.run(serve(client, create_topics=args.create_topics))
 
 
-def _verifier(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
+def verifier_for(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
     if settings.keyring_file is not None:
         from processor.ops.signing import Keyring  # noqa: PLC0415
 
@@ -125,7 +141,11 @@ def _verifier(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier:
     )
 
 
-async def _serve(client: ExecutorClient, *, create_topics: bool) -> int:
+_verifier = verifier_for  # its earlier name
+
+
+async def serve(client: ExecutorClient, *, create_topics: bool) -> int:
+    """Run ``client`` until a signal or a lost broker: the body of every executor command."""
     from processor.runtime.clients import ignore_fenced_leftovers  # noqa: PLC0415
     from processor.runtime.reachability import BrokerWatch, wait_for_broker  # noqa: PLC0415
 

@@ -37,11 +37,13 @@ whatever a worker would have refused had it seen the same control events first:
   undecodable, and a confirmation's age is counted from the earlier of its ``issued_at`` and its
   append time;
 - tool names are resolved to their declared names with the executor's registry
-  (``canonical_tool``), as the worker does; without a registry the fence cannot tell an alias
-  from another tool, so a ``tool.disabled`` naming, for the call's tenant (or every tenant), any
-  name other than the call's tool and the tools this executor runs (``known_tools``, its
-  handlers' declared names) refuses the call too (``tool_disabled``, detail
-  ``unresolved_alias``): run executors with the tool registry;
+  (``canonical_tool``), as the worker does; a switch names a tool without a namespace, so it
+  stops that name (or alias) in every namespace (``switch_names``), as the worker does;
+  without a registry the fence cannot tell an alias from another tool, so a
+  ``tool.disabled`` naming, for the call's tenant (or every tenant), any name other than the
+  call's tool and the tools this executor runs (``known_tools``, its handlers' declared names)
+  refuses the call too (``tool_disabled``, detail ``unresolved_alias``): run executors with the
+  tool registry;
 - ``turn.cancelled`` is absorbing; ``turn.started`` binds the actor once (a different actor later
   is ignored, as the Assembler audits ``actor_rebind``);
 - ``call.confirmed`` and ``call.denied`` count only from the turn's bound actor.
@@ -184,11 +186,16 @@ class FenceState:
     ``None`` for a name the registry does not know; ``None`` itself means the executor has no
     registry (then a disable of a name outside ``known_tools`` refuses every call of its
     tenant, see the module docstring). ``known_tools``: the declared names this executor runs.
+    ``switch_names`` maps a dispatch's (tool, namespace) to the switch names that stop it (the
+    registry's :meth:`~processor.core.registry.Registry.switch_names`: its declared name and
+    aliases, whatever its namespace, since a switch names none), or ``None`` when the registry
+    does not know it; without it, a dispatch is stopped by its own name.
     """
 
     verifier: CommandVerifier
     canonical_tool: Callable[[str], str | None] | None = None
     known_tools: frozenset[str] = frozenset()
+    switch_names: Callable[[str, str | None], frozenset[str] | None] | None = None
     clock_skew_seconds: float = CLOCK_SKEW_SECONDS
     turns: dict[tuple[str, str], _Turn] = field(default_factory=dict)
     quarantined: dict[tuple[str, str, str], _Flag] = field(default_factory=dict)
@@ -355,7 +362,7 @@ class FenceState:
         quarantine = self.quarantined.get((key.tenant, key.turn_id, key.response_id))
         if quarantine is not None:
             return Refusal(RefusalCode.QUARANTINED, quarantine.command_id)
-        disabled = self._disabled(key.tenant, dispatch.tool)
+        disabled = self._disabled(key.tenant, dispatch.tool, dispatch.namespace)
         if disabled is not None:
             return disabled
         if turn is None or turn.actor is None:
@@ -371,11 +378,14 @@ class FenceState:
             return None
         return self._check_confirmation(dispatch, turn.actor, now, req)
 
-    def _disabled(self, tenant: str, tool_name: str) -> Refusal | None:
-        tool = self._tool(tool_name)
-        flag = self.disabled_tools.get((tenant, tool)) or self.disabled_tools.get((GLOBAL, tool))
-        if flag is not None:
-            return Refusal(RefusalCode.TOOL_DISABLED, flag.command_id)
+    def _disabled(self, tenant: str, tool_name: str, namespace: str | None) -> Refusal | None:
+        names = self.switch_names(tool_name, namespace) if self.switch_names else None
+        for tool in names or (self._tool(tool_name),):
+            flag = self.disabled_tools.get((tenant, tool)) or self.disabled_tools.get(
+                (GLOBAL, tool)
+            )
+            if flag is not None:
+                return Refusal(RefusalCode.TOOL_DISABLED, flag.command_id)
         if self.canonical_tool is None:  # no registry: an unknown disabled name may be an alias
             for (slot_tenant, name), other in self.disabled_tools.items():
                 if slot_tenant in (tenant, GLOBAL) and name not in self.known_tools:

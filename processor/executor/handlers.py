@@ -1,8 +1,11 @@
 """What an executor embeds: the :class:`Call` a handler receives and the :class:`Handlers` set.
 
 A handler is an async function ``handler(call) -> dict | None`` registered for one tool name
-(optionally one tool version). It receives only calls that a worker validated and dispatched and
-that the execution-time fence let through, with:
+(optionally one tool version), in one namespace or none: a tool's identity is its
+``(namespace, name)``, so a handler registered for the bare ``transfer`` never runs a dispatch
+of ``crm``'s ``transfer`` (``register(..., namespace="crm")`` is that one's). It receives
+only calls that a worker validated and dispatched and that the execution-time fence let
+through, with:
 
 - ``call.dispatch_id`` — the idempotency key to pass to the external system
   (``call.idempotency_key`` is the same value): the executor runs a dispatch at most once per
@@ -15,8 +18,10 @@ that the execution-time fence let through, with:
   call never writes argument values.
 
 A handler returns a small JSON object for the result record (or ``None``), or raises
-:class:`ExecutionFailed` with a code for a clean failure. Any other exception is recorded as
-failed with the exception's class name only (its message may contain argument values).
+:class:`ExecutionFailed` with a code for a clean failure, or :class:`OutcomeUnknown` when it
+cannot tell whether the external side effect happened (a connection lost mid-call: the outcome
+is ``unknown``, as after a crash). Any other exception is recorded as failed with the
+exception's class name only (its message may contain argument values).
 
 ``processor executor run --handlers module:object`` loads ``object`` with
 :func:`load_handlers`: a :class:`Handlers`, a mapping ``{tool: handler}``, or a zero-argument
@@ -39,6 +44,7 @@ __all__ = [
     "ExecutionFailed",
     "Handler",
     "Handlers",
+    "OutcomeUnknown",
     "Registration",
     "load_handlers",
 ]
@@ -60,6 +66,7 @@ class Call:
     traceparent: str | None
     tracestate: str | None
     arguments: Mapping[str, Any] = field(repr=False)
+    namespace: str | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -80,6 +87,7 @@ class Call:
             traceparent=_header(headers, "traceparent"),
             tracestate=_header(headers, "tracestate"),
             arguments=dispatch.arguments,
+            namespace=dispatch.namespace,
         )
 
 
@@ -110,12 +118,26 @@ class ExecutionFailed(Exception):
         super().__init__(code)
 
 
+class OutcomeUnknown(Exception):
+    """Raised by a handler that cannot tell whether the side effect happened (the request may
+    have reached the external system; its answer was lost). The outcome is ``unknown`` with
+    ``code`` as its reason, and the call is never run again."""
+
+    def __init__(self, code: str, *, detail: str = "") -> None:
+        if not _CODE.fullmatch(code):
+            code = "outcome_unknown"
+        self.code = code
+        self.detail = detail[:512]
+        super().__init__(code)
+
+
 Handler = Callable[[Call], Awaitable[Mapping[str, Any] | None]]
 
 
 @dataclass(frozen=True)
 class Registration:
-    """A handler for ``tool`` (any version when ``version`` is None).
+    """A handler for ``tool`` in ``namespace`` (None: the bare tool), any version when
+    ``version`` is None.
 
     ``requires_confirmation``: the fence refuses a dispatch of this tool that names no
     confirmation (``None``: take it from the tool registry when the executor has one, else no).
@@ -130,13 +152,14 @@ class Registration:
     requires_confirmation: bool | None = None
     confirmation_max_age_seconds: float | None = None
     timeout_seconds: float = 60.0
+    namespace: str | None = None
 
 
 class Handlers:
-    """The handlers of one executor, by tool name and version."""
+    """The handlers of one executor, by tool identity (namespace, name) and version."""
 
     def __init__(self) -> None:
-        self._by_tool: dict[str, dict[str | None, Registration]] = {}
+        self._by_tool: dict[tuple[str | None, str], dict[str | None, Registration]] = {}
 
     def register(
         self,
@@ -147,12 +170,14 @@ class Handlers:
         requires_confirmation: bool | None = None,
         confirmation_max_age_seconds: float | None = None,
         timeout_seconds: float = 60.0,
+        namespace: str | None = None,
     ) -> Registration:
-        versions = self._by_tool.setdefault(tool, {})
+        versions = self._by_tool.setdefault((namespace, tool), {})
         if version in versions:
             shown = "any version" if version is None else f"version {version!r}"
+            where = f" in namespace {namespace!r}" if namespace is not None else ""
             raise ConfigurationError(
-                "duplicate_handler", f"tool {tool!r} ({shown}) has a handler already"
+                "duplicate_handler", f"tool {tool!r}{where} ({shown}) has a handler already"
             )
         registration = Registration(
             tool=tool,
@@ -161,6 +186,7 @@ class Handlers:
             requires_confirmation=requires_confirmation,
             confirmation_max_age_seconds=confirmation_max_age_seconds,
             timeout_seconds=timeout_seconds,
+            namespace=namespace,
         )
         versions[version] = registration
         return registration
@@ -173,6 +199,7 @@ class Handlers:
         requires_confirmation: bool | None = None,
         confirmation_max_age_seconds: float | None = None,
         timeout_seconds: float = 60.0,
+        namespace: str | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of :meth:`register`."""
 
@@ -184,22 +211,30 @@ class Handlers:
                 requires_confirmation=requires_confirmation,
                 confirmation_max_age_seconds=confirmation_max_age_seconds,
                 timeout_seconds=timeout_seconds,
+                namespace=namespace,
             )
             return handler
 
         return decorate
 
-    def handles(self, tool: str) -> bool:
-        """Whether this executor handles ``tool`` at all (other tools belong to other groups)."""
-        return tool in self._by_tool
+    def handles(self, tool: str, namespace: str | None = None) -> bool:
+        """Whether this executor handles ``tool`` in ``namespace`` (None: the bare tool) at all
+        (other tools belong to other groups). Exact match on both."""
+        return (namespace, tool) in self._by_tool
 
-    def lookup(self, tool: str, version: str) -> Registration | None:
-        """The registration for exactly ``version``, else the any-version one, else None."""
-        versions = self._by_tool.get(tool, {})
+    def lookup(self, tool: str, version: str, namespace: str | None = None) -> Registration | None:
+        """The registration of ``tool`` in ``namespace`` for exactly ``version``, else the
+        any-version one, else None."""
+        versions = self._by_tool.get((namespace, tool), {})
         return versions.get(version) or versions.get(None)
 
     def tools(self) -> list[str]:
-        return sorted(self._by_tool)
+        """The tool names handled (in any namespace)."""
+        return sorted({name for _namespace, name in self._by_tool})
+
+    def identities(self) -> list[tuple[str | None, str]]:
+        """The (namespace, name) of every tool handled."""
+        return sorted(self._by_tool, key=lambda k: (k[0] is not None, k[0] or "", k[1]))
 
     def __iter__(self) -> Iterator[Registration]:
         for versions in self._by_tool.values():

@@ -97,6 +97,7 @@ class ExecutionResult(CallRecord):
     result_id: Id
     dispatch_id: Id
     tool: Name
+    namespace: Name | None = None  # the tool's namespace (absent: a bare tool)
     tool_version: str
     executor_group: Id
     executor_id: Id
@@ -144,6 +145,7 @@ class ExecutionResult(CallRecord):
             result_id=stable_id("result", entry.group, entry.dispatch_id),
             dispatch_id=entry.dispatch_id,
             tool=entry.tool,
+            namespace=entry.namespace,
             tool_version=entry.tool_version,
             executor_group=entry.group,
             executor_id=executor_id,
@@ -166,6 +168,7 @@ class ExecutionEntry(CallRecord):
     dispatch_id: Id
     state: EntryState
     tool: Name
+    namespace: Name | None = None  # the tool's namespace (absent: a bare tool)
     tool_version: str
     executor_id: Id
     dispatch_partition: int
@@ -190,6 +193,7 @@ class ExecutionEntry(CallRecord):
             dispatch_id=dispatch.dispatch_id,
             state=state,
             tool=dispatch.tool,
+            namespace=dispatch.namespace,
             tool_version=dispatch.tool_version,
             executor_id=executor_id,
             dispatch_partition=partition,

@@ -188,6 +188,13 @@ EXECUTOR_HANDLER_DURATION: Final = Histogram(
     ["tool"],
     buckets=_LATENCY_BUCKETS,
 )
+MCP_DEFINITION_CHANGES: Final = Counter(
+    "toolcall_mcp_definition_changes",
+    "MCP tool definitions found differing from the registry's pins, by state: changed (calls "
+    "fail tool_changed), new (not in the registry, never called), removed (calls fail "
+    "tool_unavailable). Counted once per change, at start or on tools/list_changed.",
+    ["state"],
+)
 EXECUTOR_TAKE_FAILURES: Final = Counter(
     "toolcall_executor_take_failures",
     "Dispatch partitions whose take (fence, ledger restore) failed on assignment and is retried.",

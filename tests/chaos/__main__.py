@@ -45,7 +45,8 @@ def _executions_row(report: Report) -> str:
     faults = [f for f in report.faults if f.role == "executor"]
     outcomes = ", ".join(f"{k} {n}" for k, n in sorted(v["outcomes"].items()))
     return (
-        f"| {report.options.seed}, executors | {report.options.executors} members | "
+        f"| {report.options.seed}, executors{' (mcp)' if report.options.executors_mcp else ''} "
+        f"| {report.options.executors} members | "
         f"{len(faults)} ({', '.join(sorted({str(f.kind) for f in faults}))}) | "
         f"{v['dispatched']} dispatched | {outcomes} | executed twice {v['executed_twice']} | "
         f"unreported {v['unreported']} | outcome wrong {v['outcome_wrong']} | "
@@ -85,6 +86,11 @@ def main() -> int:
     parser.add_argument(
         "--executor-faults", type=int, default=0, help="kill/stop/term faults of executors"
     )
+    parser.add_argument(
+        "--executors-mcp",
+        action="store_true",
+        help="the executors run `executor mcp` (handler: tools/call on an MCP server)",
+    )
     args = parser.parse_args()
     kinds = [FaultKind(k) for k in args.kinds.split(",") if k]
     failed = False
@@ -107,6 +113,7 @@ def main() -> int:
             worker_env=dict(item.split("=", 1) for item in args.worker_env),
             executors=args.executors,
             executor_faults=args.executor_faults,
+            executors_mcp=args.executors_mcp,
         )
         report = asyncio.run(run(options))
         data = report.as_json()

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import sys
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ from processor.runtime.tail import read_records
 from processor.settings import Settings
 from tests.chaos.checker import read_topic
 from tests.chaos.effects import arguments_digest
-from tests.integration.conftest import Runtime, WorkerProcess
+from tests.integration.conftest import REPO_ROOT, Runtime, WorkerProcess
 
 GROUP_SUFFIX = "chaos-executors"
 CLOCK_MARGIN = 0.01  # seconds: record times of two topics, compared (one machine's clock)
@@ -70,6 +71,38 @@ class Executors:
     effects: Path
     group: str = ""
     generation: int = 0
+    mcp: bool = False  # members run `processor executor mcp` on tests.chaos.mcp_effects
+
+    @property
+    def mcp_tools(self) -> Path:
+        """The MCP members' registry: the run's, each tool pinned to the server's definition."""
+        return self.runtime.tmp_path / "mcp-tools.yaml"
+
+    def _mcp_command(self) -> str:
+        return f"{sys.executable} -m tests.chaos.mcp_effects"
+
+    async def prepare_mcp(self) -> None:
+        """Write :attr:`mcp_tools` from the server's own listing (its definition digests)."""
+        import yaml
+
+        from processor.core.mcp_pins import McpPin
+        from processor.mcp.connection import McpConnection, ServerSpec
+
+        run_tools = self.runtime.env_settings["PROCESSOR_TOOLS_FILE"]
+        env = {"CHAOS_TOOLS": run_tools, "CHAOS_EFFECTS": os.devnull}
+        spec = ServerSpec(command=self._mcp_command(), env=env, cwd=str(REPO_ROOT))
+        async with McpConnection(spec) as connection:
+            digests = {d.name: d.digest for d in await connection.list_tools()}
+            server = connection.server_name or ""
+        doc = yaml.safe_load(Path(run_tools).read_text())
+        for entry in doc["tools"]:
+            pin = McpPin(
+                server=server,
+                digest=digests[entry["name"]],
+                destructive=bool(entry.get("requires_confirmation", False)),
+            )
+            entry["mcp"] = pin.as_document()
+        self.mcp_tools.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def __post_init__(self) -> None:
         self.group = f"{self.runtime.prefix}{GROUP_SUFFIX}"
@@ -81,7 +114,8 @@ class Executors:
         full.update(self.runtime.env_settings)
         full.update(env)
         full["CHAOS_EFFECTS"] = str(self.effects)
-        command = (
+        full["CHAOS_TOOLS"] = self.runtime.env_settings["PROCESSOR_TOOLS_FILE"]
+        command: tuple[str, ...] = (
             "processor.executor",
             "run",
             "--handlers",
@@ -94,6 +128,22 @@ class Executors:
             self.runtime.env_settings["PROCESSOR_TOOLS_FILE"],
             "--allow-unsigned-operators",  # the chaos load's operators do not sign
         )
+        if self.mcp:  # the same group, its handler a tools/call on a stdio MCP server
+            command = (
+                "processor.cli",
+                "executor",
+                "mcp",
+                "--server-command",
+                self._mcp_command(),
+                "--server-env",
+                "CHAOS_EFFECTS",
+                "--server-env",
+                "CHAOS_TOOLS",
+                "--call-timeout",
+                "30",
+                *command[4:],  # --group … --allow-unsigned-operators
+            )
+            command = tuple(str(self.mcp_tools) if c == full["CHAOS_TOOLS"] else c for c in command)
         member = WorkerProcess(name, full, self.runtime.tmp_path / f"{name}.log", command)
         self.runtime.workers.append(member)  # closed with the runtime, as workers are
         return member

@@ -53,6 +53,7 @@ class Options:
     worker_env: dict[str, str] = field(default_factory=dict)  # more PROCESSOR_* for workers
     executors: int = 0  # members of one executor group running every tool (tests.chaos.executors)
     executor_faults: int = 0
+    executors_mcp: bool = False  # the executors run `executor mcp` (tests.chaos.mcp_effects)
     executor_kinds: list[FaultKind] = field(
         default_factory=lambda: [FaultKind.KILL, FaultKind.STOP, FaultKind.TERM]
     )
@@ -115,7 +116,11 @@ async def run(options: Options) -> Report:
         options.seed, options.faults, options.duration, options.kinds, options.workers
     )
     cluster = Cluster(runtime, options.workers, {**DEFAULT_TIMEOUTS, **options.worker_env}, broker)
-    executors = Executors(runtime, options.workdir / f"effects-{prefix.rstrip('.')}.jsonl")
+    executors = Executors(
+        runtime,
+        options.workdir / f"effects-{prefix.rstrip('.')}.jsonl",
+        mcp=options.executors_mcp,
+    )
     members = Cluster(
         runtime,
         options.executors,
@@ -137,6 +142,8 @@ async def run(options: Options) -> Report:
     executions = None
     try:
         await runtime.create_topics()
+        if options.executors and options.executors_mcp:
+            await executors.prepare_mcp()
         await asyncio.gather(cluster.start(), members.start())
         load = asyncio.create_task(driver.run())
         t0 = time.monotonic()

@@ -22,8 +22,9 @@ from processor.toolsfile import load_registry
 from tests.deploy.conftest import CHART, cli_accepts
 
 FULL = CHART / "ci" / "full-values.yaml"
+MCP = CHART / "ci" / "mcp-values.yaml"  # the executor as `executor mcp`
 K8S_VERSIONS = ("1.27.0", "1.37.0")  # Chart.yaml kubeVersion >=1.27, and the newest schemas
-VALUES = {"default": [], "full": ["-f", str(FULL)]}
+VALUES = {"default": [], "full": ["-f", str(FULL)], "mcp": ["-f", str(MCP)]}
 
 # prometheus-operator CRDs (monitoring.coreos.com/v1): the fields this chart uses, unknown
 # fields rejected as the API server's structural schema would.
@@ -203,7 +204,9 @@ def test_rendered_kinds(rendered: tuple[str, list[dict[str, Any]]]) -> None:
         "Service/tcp-toolcall-processor-executor",
         "ServiceMonitor/tcp-toolcall-processor",
     ]
-    assert kinds == sorted(base if name == "default" else base + full)
+    executor = [k for k in full if k.endswith("-executor")]
+    expected = {"default": base, "full": base + full, "mcp": base + executor}[name]
+    assert kinds == sorted(expected)
     # operators' private keys, SASL passwords and TLS keys are referenced, never rendered
     assert not [d for d in docs if d["kind"] == "Secret"]
 
@@ -253,7 +256,9 @@ def test_environment_names_are_processor_settings(
     rendered: tuple[str, list[dict[str, Any]]],
 ) -> None:
     _, docs = rendered
-    fields = set(Settings.model_fields)
+    from processor.mcp.settings import McpSettings
+
+    fields = set(Settings.model_fields) | {f"mcp_{f}" for f in McpSettings.model_fields}
     for doc in workloads(docs):
         for c in containers(doc):
             for e in c["env"]:
@@ -328,6 +333,11 @@ def test_replicas_never_exceed_partitions(rendered: tuple[str, list[dict[str, An
         (["--set", "worker.replica=2"], "additional properties 'replica' not allowed"),
         (["--set", "kafka.securityProtocol=SASL"], "securityProtocol"),
         (["--set", "kafka.sasl.enabled=true"], "kafka.sasl.existingSecret is required"),
+        (
+            ["--set", "executor.enabled=true", "--set", "executor.mode=mcp"],
+            "executor.mcp.serverCommand or executor.mcp.serverUrl is required",
+        ),
+        (["--set", "executor.mode=lambda"], "value must be one of 'run', 'mcp'"),
     ],
 )
 def test_bad_values_are_refused(helm: str, overrides: list[str], message: str) -> None:
@@ -345,3 +355,32 @@ def test_prometheus_rule_carries_the_shared_rules_file(helm: str) -> None:
     dashboard = next(d for d in docs if d["metadata"]["name"].endswith("-dashboard"))
     on_disk = json.loads((CHART / "files" / "dashboards" / "toolcall-processor.json").read_text())
     assert json.loads(dashboard["data"]["toolcall-processor.json"]) == on_disk
+
+
+def test_executor_runs_executor_mcp_with_its_headers_from_a_secret(helm: str) -> None:
+    docs = render(helm, *VALUES["mcp"])
+    [executor] = [d for d in workloads(docs) if d["metadata"]["name"].endswith("-executor")]
+    [c] = containers(executor)
+    assert c["args"][:2] == ["executor", "mcp"]
+    assert c["args"][c["args"].index("--server-url") + 1] == (
+        "https://bookings-mcp.agents.svc:8443/mcp"
+    )
+    assert c["args"][c["args"].index("--group") + 1] == "toolcall-mcp-bookings"
+    assert "--handlers" not in c["args"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["PROCESSOR_MCP_HEADERS"]["valueFrom"]["secretKeyRef"] == {
+        "name": "bookings-mcp-auth",
+        "key": "headers",
+    }
+    stdio = render(
+        helm,
+        *VALUES["mcp"],
+        "--set",
+        "executor.mcp.serverUrl=",
+        "--set",
+        "executor.mcp.serverCommand=python -m bookings_mcp",
+    )
+    [executor] = [d for d in workloads(stdio) if d["metadata"]["name"].endswith("-executor")]
+    [c] = containers(executor)
+    assert c["args"][c["args"].index("--server-command") + 1] == "python -m bookings_mcp"
+    assert cli_accepts(c["args"]) is None

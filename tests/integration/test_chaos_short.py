@@ -108,3 +108,36 @@ def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
         if r.get("level") in ("error", "critical") and r.get("logger", "").startswith("processor")
     ]
     assert errors == []
+
+
+@pytest.mark.timeout(300)
+def test_short_chaos_run_with_mcp_executors_runs_each_dispatch_at_most_once(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The same run with `processor executor mcp` members (``--executors-mcp``): every handler
+    is a ``tools/call`` on a stdio MCP server (tests.chaos.mcp_effects) whose side effect is
+    the line the checker reads. Killed inside a call, stopped, terminated: no dispatch runs
+    twice, every one is reported, a kill mid-call is ``unknown`` and never run again."""
+    options = Options(
+        seed=8,
+        turns=150,
+        duration=30.0,
+        faults=0,
+        bootstrap=kafka_bootstrap,
+        workdir=tmp_path,
+        executors=2,
+        executor_faults=4,
+        executors_mcp=True,
+    )
+    report = asyncio.run(run(options))
+    assert report.verdict.ok, report.verdict.summary()
+    assert report.executions is not None
+    summary = report.executions.summary()
+    assert report.executions.ok, summary
+    assert summary["dispatched"] >= report.verdict.must_dispatch > 50, summary
+    assert summary["fenced"] >= 1 and summary["ran_after_cancel"] == 0, summary
+    assert summary["unreported"] == 0 and summary["executed_twice"] == 0, summary
+    assert summary["outcomes"].get("unknown", 0) >= 1, summary
+    logs = [log.read_text() for log in tmp_path.glob("x*.log")]
+    assert logs and any("MCP session open" in log for log in logs)  # `executor mcp` members
+    assert report.unexpected_exits == []

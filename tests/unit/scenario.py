@@ -66,6 +66,11 @@ def registry(doc: dict[str, Any] | None = None, **kwargs: Any) -> Registry:
     return Registry.from_document(doc or TOOLS, **kwargs)
 
 
+def in_namespace(namespace: str, doc: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``doc`` (default :data:`TOOLS`) with every tool declared in ``namespace``."""
+    return {"tools": [{**t, "namespace": namespace} for t in (doc or TOOLS)["tools"]]}
+
+
 @dataclass
 class Call:
     """Builds the fragment events of one call."""
@@ -77,6 +82,7 @@ class Call:
     item_id: str = "item-0"
     provider: str = "test"
     ts: float = 100.0
+    namespace: str | None = None  # the tool's namespace in call.started
 
     @property
     def ids(self) -> dict[str, Any]:
@@ -95,7 +101,13 @@ class Call:
         return self.start().key
 
     def start(self, tool: str = "get_weather", actor: str = "alice") -> CallStarted:
-        return CallStarted(event_id=f"{self.call_id}:s", tool=tool, actor=actor, **self.ids)
+        return CallStarted(
+            event_id=f"{self.call_id}:s",
+            tool=tool,
+            actor=actor,
+            namespace=self.namespace,
+            **self.ids,
+        )
 
     def delta(self, seq: int, text: str) -> CallDelta:
         return CallDelta(event_id=f"{self.call_id}:d{seq}", seq=seq, delta=text, **self.ids)

@@ -1,7 +1,7 @@
 """``encode`` writes a flat record's ``__dict__`` directly: the bytes must be the general path's.
 
-The general path is ``orjson.dumps(record.model_dump(mode="json"))``, with an ASCII-escaped
-fallback for text orjson refuses. The direct path is taken only for record types whose every
+The general path is ``orjson.dumps(record.model_dump(mode="json"))`` (without a null
+``namespace``, which the contract leaves out), with an ASCII-escaped fallback for text orjson refuses. The direct path is taken only for record types whose every
 field is stored as the JSON value it dumps to (``events._FLAT``); ``test_core_golden`` pins the
 bytes of a seeded workload's outputs, and this file compares the two paths record by record:
 every output of the seeded workload, every input type, and records holding a lone surrogate.
@@ -26,11 +26,12 @@ from processor.core.events import (
     encode,
     get_args,
 )
-from tests.unit.scenario import Call, registry, turn_cancelled, turn_started
+from tests.unit.scenario import Call, in_namespace, registry, turn_cancelled, turn_started
 
 
 def general(record: BaseModel) -> bytes:
-    data = record.model_dump(mode="json")
+    omit = "namespace" in type(record).model_fields and record.namespace is None
+    data = record.model_dump(mode="json", exclude={"namespace"} if omit else None)
     try:
         return orjson.dumps(data)
     except TypeError:
@@ -50,6 +51,11 @@ def _records() -> list[BaseModel]:
         out.append(event)
         out += assembler.handle(event, 1.0)
     out += assembler.tick(10_000.0)
+    crm = Assembler(registry(in_namespace("crm")))
+    namespaced = Call(turn_id="t3", namespace="crm")
+    for event in [turn_started(turn_id="t3"), *namespaced.stream('{"city": "Oslo"}')]:
+        out.append(event)
+        out += crm.handle(event, 1.0)
     return out
 
 
@@ -67,6 +73,20 @@ def test_the_direct_path_writes_the_general_paths_bytes(record: BaseModel) -> No
     assert encode(record) == general(record)
 
 
+def test_a_namespace_is_written_only_when_set() -> None:
+    """A bare tool's records are what a reader predating ``namespace`` accepts; a namespaced
+    one's name it (and such a reader, forbidding unknown fields, refuses them)."""
+    named = [r for r in RECORDS if "namespace" in type(r).model_fields]
+    assert {type(r) for r in named} >= {events.CallStarted, events.Dispatch, events.Ledger}
+    for record in named:
+        data = orjson.loads(encode(record))
+        if record.namespace is None:
+            assert "namespace" not in data
+        else:
+            assert data["namespace"] == "crm"
+    assert any(r.namespace == "crm" for r in named if isinstance(r, events.Dispatch))
+
+
 def test_every_input_type_but_none_with_a_nested_model_is_flat() -> None:
     inputs = set(get_args(get_args(events.InputEvent)[0]))
     assert inputs <= events._FLAT
@@ -75,7 +95,7 @@ def test_every_input_type_but_none_with_a_nested_model_is_flat() -> None:
 def test_a_lone_surrogate_takes_the_escaped_fallback() -> None:
     """Validation refuses one in text fields, but not inside a value of ``Any`` (a record built
     in-process): orjson refuses it, and the general path's escaped form is written."""
-    [dispatch] = [r for r in RECORDS if isinstance(r, events.Dispatch)]
+    dispatch = next(r for r in RECORDS if isinstance(r, events.Dispatch))
     bad = dispatch.model_copy(update={"arguments": {"city": "bad \ud800 text"}})
     assert type(bad) in events._FLAT
     assert encode(bad) == general(bad)

@@ -1,0 +1,232 @@
+"""MCP tool definitions as the registry pins them: digests, pins, comparisons, imports.
+
+An MCP server lists its tools (``tools/list``) with a name, a description, an ``inputSchema``
+and ``annotations``. Those definitions are untrusted and can change after a person reviewed
+them (a "rug pull": a new description steers the model, a new schema changes what a call
+carries). The registry therefore pins each imported tool by its **definition digest**:
+``sha256:`` + the SHA-256 of the canonical JSON (keys sorted, no spaces, UTF-8) of
+``{"name", "description", "inputSchema", "annotations"}`` as the server sent them (an absent
+member is ``null``).
+
+A registry entry of an MCP tool carries an ``mcp`` block (:class:`McpPin`)::
+
+    mcp:
+      server: bookings            # the server's name (its initialize serverInfo.name)
+      digest: sha256:…            # the reviewed definition
+      read_only: false            # readOnlyHint (default false)
+      destructive: true           # destructiveHint (default true, meaningful when not read-only)
+      idempotent: false           # idempotentHint (default false)
+      open_world: true            # openWorldHint (default true)
+
+:func:`compare` tells, per tool, whether the server's definition still matches its pin
+(:class:`PinState`), and :func:`import_entries` turns a server's listing into registry entries
+(refusing, with one line each, the schemas the registry itself refuses). Pure: no IO, no clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+import orjson
+
+from processor.core.errors import RegistryError
+
+__all__ = [
+    "DIGEST_PREFIX",
+    "McpPin",
+    "PinState",
+    "ToolDefinition",
+    "compare",
+    "definition_digest",
+    "import_entries",
+    "parse_pin",
+]
+
+DIGEST_PREFIX: Final = "sha256:"
+_PIN_KEYS: Final = frozenset(
+    {"server", "digest", "read_only", "destructive", "idempotent", "open_world"}
+)
+
+
+def definition_digest(
+    name: str,
+    description: str | None,
+    input_schema: Any,
+    annotations: Mapping[str, Any] | None,
+) -> str:
+    """The digest of one tool definition (see the module docstring for the canonical form)."""
+    canonical = orjson.dumps(
+        {
+            "name": name,
+            "description": description,
+            "inputSchema": input_schema,
+            "annotations": dict(annotations) if annotations is not None else None,
+        },
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return DIGEST_PREFIX + hashlib.sha256(canonical).hexdigest()
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """One tool as an MCP server lists it (wire names: ``inputSchema``, ``annotations``)."""
+
+    name: str
+    description: str | None
+    input_schema: Any
+    annotations: Mapping[str, Any] | None
+
+    @property
+    def digest(self) -> str:
+        return definition_digest(self.name, self.description, self.input_schema, self.annotations)
+
+    def hint(self, key: str, default: bool) -> bool:
+        value = (self.annotations or {}).get(key)
+        return value if isinstance(value, bool) else default
+
+
+@dataclass(frozen=True)
+class McpPin:
+    """The ``mcp`` block of a registry entry: which server, which reviewed definition."""
+
+    server: str
+    digest: str
+    read_only: bool = False
+    destructive: bool = True
+    idempotent: bool = False
+    open_world: bool = True
+
+    def as_document(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "digest": self.digest,
+            "read_only": self.read_only,
+            "destructive": self.destructive,
+            "idempotent": self.idempotent,
+            "open_world": self.open_world,
+        }
+
+
+def parse_pin(value: Any, where: str) -> McpPin:
+    """The ``mcp`` block of a tools-file entry, or :class:`RegistryError` naming what is wrong."""
+    if not isinstance(value, Mapping):
+        raise RegistryError(detail=f"{where}: 'mcp' must be a mapping")
+    unknown = set(value) - _PIN_KEYS
+    if unknown:
+        raise RegistryError(detail=f"{where}: 'mcp' has unknown keys {sorted(unknown)}")
+    server, digest = value.get("server"), value.get("digest")
+    if not isinstance(server, str) or not server:
+        raise RegistryError(detail=f"{where}: 'mcp.server' must be a non-empty string")
+    if (
+        not isinstance(digest, str)
+        or not digest.startswith(DIGEST_PREFIX)
+        or len(digest) != len(DIGEST_PREFIX) + 64
+        or any(c not in "0123456789abcdef" for c in digest[len(DIGEST_PREFIX) :])
+    ):
+        raise RegistryError(detail=f"{where}: 'mcp.digest' must be sha256: and 64 hex digits")
+    flags: dict[str, bool] = {}
+    for key, default in (
+        ("read_only", False),
+        ("destructive", True),
+        ("idempotent", False),
+        ("open_world", True),
+    ):
+        flag = value.get(key, default)
+        if not isinstance(flag, bool):
+            raise RegistryError(detail=f"{where}: 'mcp.{key}' must be true or false")
+        flags[key] = flag
+    return McpPin(server=server, digest=digest, **flags)
+
+
+class PinState(StrEnum):
+    """A tool's definition on the server against the registry's pin."""
+
+    MATCHES = "matches"
+    CHANGED = "changed"  # pinned, listed, another digest: its calls fail tool_changed
+    NEW = "new"  # listed, not pinned: never called (the registry does not declare it)
+    REMOVED = "removed"  # pinned, not listed: its calls fail tool_unavailable
+
+
+def compare(pins: Mapping[str, str], listed: Mapping[str, ToolDefinition]) -> dict[str, PinState]:
+    """Each tool's state: ``pins`` maps a pinned tool name to its digest; ``listed`` is the
+    server's current listing by name."""
+    states: dict[str, PinState] = {}
+    for name, digest in pins.items():
+        definition = listed.get(name)
+        if definition is None:
+            states[name] = PinState.REMOVED
+        elif definition.digest == digest:
+            states[name] = PinState.MATCHES
+        else:
+            states[name] = PinState.CHANGED
+    for name in listed:
+        if name not in pins:
+            states[name] = PinState.NEW
+    return states
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """Registry entries for the tools the registry accepts, and one line per refused tool."""
+
+    entries: list[dict[str, Any]]
+    refused: list[str]
+
+
+def import_entries(
+    server: str,
+    definitions: Sequence[ToolDefinition],
+    *,
+    confirm_destructive: bool = True,
+    namespace_key: bool = True,
+) -> ImportResult:
+    """Registry entries for a server's tools.
+
+    ``inputSchema`` becomes ``parameters``; ``requires_confirmation`` is true for a tool that
+    is not read-only and is destructive (the MCP defaults: a tool without annotations is both),
+    unless ``confirm_destructive`` is false; the hints are recorded in the ``mcp`` block with
+    the digest. The tool version is the digest's first 12 hex digits, so a re-import of a
+    changed definition is a new version. ``namespace_key``: the server's name is the entry's
+    ``namespace`` (the tool's identity is then ``(server, name)``; false: a bare tool). A
+    tool whose entry the registry refuses is left out, with a line.
+    """
+    from processor.core.registry import Registry  # noqa: PLC0415  (registry imports this module)
+
+    entries: list[dict[str, Any]] = []
+    refused: list[str] = []
+    for definition in sorted(definitions, key=lambda d: d.name):
+        read_only = definition.hint("readOnlyHint", False)
+        destructive = definition.hint("destructiveHint", True)
+        pin = McpPin(
+            server=server,
+            digest=definition.digest,
+            read_only=read_only,
+            destructive=destructive,
+            idempotent=definition.hint("idempotentHint", False),
+            open_world=definition.hint("openWorldHint", True),
+        )
+        entry: dict[str, Any] = {"name": definition.name}
+        if namespace_key:
+            entry["namespace"] = server
+        entry["version"] = pin.digest[len(DIGEST_PREFIX) : len(DIGEST_PREFIX) + 12]
+        if definition.description:
+            entry["description"] = definition.description
+        entry["parameters"] = definition.input_schema
+        entry["requires_confirmation"] = confirm_destructive and destructive and not read_only
+        entry["mcp"] = pin.as_document()
+        try:
+            Registry.from_document({"tools": [entry]}, source=f"server {server!r}")
+        except RegistryError as exc:
+            refused.append(f"tool {definition.name!r} refused: {exc.detail}")
+            continue
+        entries.append(entry)
+    names = [e["name"] for e in entries]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        refused.extend(f"tool {n!r} refused: listed twice by the server" for n in duplicates)
+        entries = [e for e in entries if e["name"] not in duplicates]
+    return ImportResult(entries=entries, refused=refused)

@@ -1,0 +1,14 @@
+"""MCP servers as executors and registries (the optional ``[mcp]`` extra).
+
+- :mod:`processor.mcp.connection` — one session with one MCP server (stdio or Streamable
+  HTTP), kept open and reopened, that lists tools and sends ``tools/call``;
+- :mod:`processor.mcp.tools` — the executor's side: the handlers (one ``tools/call`` per
+  dispatched call), the result mapping and its bounds, and the pinned definitions;
+- :mod:`processor.mcp.audit` — the audit record of a definition that departs from its pin;
+- :mod:`processor.mcp.settings` — how to reach the server (``PROCESSOR_MCP_*``, headers);
+- :mod:`processor.mcp.commands` — ``processor executor mcp`` and ``processor tools import-mcp``.
+
+The definition digests and the registry's ``mcp`` block are pure and live in
+:mod:`processor.core.mcp_pins`. The ``mcp`` SDK is imported only inside these modules'
+functions, so the base install and ``processor --help`` never need it.
+"""

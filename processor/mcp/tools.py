@@ -1,0 +1,257 @@
+"""An MCP server's tools as an executor group's handlers, with their definitions pinned.
+
+:class:`McpTools` takes the registry and one :class:`~processor.mcp.connection.McpConnection`,
+and gives the :class:`~processor.executor.handlers.Handlers` of the executor client: for every
+registry tool whose ``mcp.server`` is this server, a handler that sends one ``tools/call``. The
+executor client around it is unchanged (fence, claim ledger, ``unknown`` after a crash between
+claim and outcome, never a re-run).
+
+Per call, once the connection holds a live session whose listing was checked:
+
+1. the call's namespace must be the one its tool is pinned in (else ``wrong_namespace``: the
+   executor client never hands over another namespace's tool, this is a second check); the
+   tool's pin: a definition that differs from the registry's digest fails the call
+   ``tool_changed``; a tool the server no longer lists fails it ``tool_unavailable`` (the
+   request is not sent);
+2. ``tools/call`` with the validated arguments and ``_meta`` = ``{META_IDEMPOTENCY_KEY:
+   dispatch_id}`` (a server that dedupes side effects on it survives an ``unknown`` resolved
+   by hand), bounded by ``call_timeout_seconds``;
+3. the result: ``isError`` fails the call ``tool_error`` (its content is not recorded: a
+   server's error text may quote the arguments); otherwise the output record is
+   ``{"content": [...], "structuredContent": ...}`` if its JSON is at most
+   ``max_result_bytes``, else the call fails ``result_too_large``; a result that does not
+   parse (or breaks its own output schema) fails ``malformed_result``.
+
+How the outcome is told (``results`` reason): ``mcp_timeout`` and ``mcp_session_lost`` (and
+``mcp_error``, any other JSON-RPC error once the request was sent) are ``unknown``: the server
+may have acted. ``mcp_unavailable`` (no session within the wait; nothing was sent) and
+``mcp_refused`` (the server answered that it did not run it) are ``failed``.
+
+Pinned definitions (:meth:`McpTools.check_listing`, run by the connection at each
+(re)connection and on ``notifications/tools/list_changed``): every change of a tool's
+:class:`~processor.core.mcp_pins.PinState` away from ``matches`` is one warning line, one
+``toolcall_mcp_definition_changes_total`` increment and one ``on_change`` call (the command
+writes an audit record). Nothing here logs argument values or server-sent text.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from processor.core.errors import ConfigurationError
+from processor.core.mcp_pins import PinState, ToolDefinition, compare
+from processor.core.registry import Registry, ToolDeclaration
+from processor.executor.handlers import Call, ExecutionFailed, Handlers, OutcomeUnknown
+from processor.executor.records import MAX_OUTPUT_BYTES
+from processor.mcp.connection import (
+    AnswerLost,
+    MalformedResult,
+    McpConnection,
+    NotSent,
+    ServerRefused,
+)
+from processor.observability import metrics
+from processor.observability.logging import fields
+
+if TYPE_CHECKING:
+    from mcp.types import CallToolResult
+
+__all__ = ["META_IDEMPOTENCY_KEY", "McpTools", "PinChange", "result_output"]
+
+log = logging.getLogger(__name__)
+
+META_IDEMPOTENCY_KEY: Final = "toolcall-processor/idempotency-key"
+"""The ``_meta`` key of a ``tools/call`` that carries the dispatch id."""
+TIMEOUT_MARGIN_SECONDS: Final = 5.0
+"""The executor's own deadline on a handler is the wait for a session, the call timeout, and
+this (a backstop: the call's own timeout ends it first, as ``mcp_timeout``)."""
+
+
+@dataclass(frozen=True)
+class PinChange:
+    """A tool whose definition on the server stopped matching its pin (or was never pinned)."""
+
+    server: str
+    tool: str
+    state: PinState
+    pinned: str | None  # the registry's digest
+    listed: str | None  # the server's digest
+
+
+OnChange = Callable[[PinChange], Awaitable[None]]
+
+
+class McpTools:
+    """The pinned tools of one MCP server and their handlers (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        connection: McpConnection,
+        *,
+        server_name: str | None = None,
+        call_timeout_seconds: float = 60.0,
+        session_wait_seconds: float = 10.0,
+        max_result_bytes: int = MAX_OUTPUT_BYTES,
+        on_change: OnChange | None = None,
+    ) -> None:
+        self.registry = registry
+        self.connection = connection
+        self._server_name = server_name
+        self.call_timeout_seconds = call_timeout_seconds
+        self.session_wait_seconds = session_wait_seconds
+        self.max_result_bytes = min(max_result_bytes, MAX_OUTPUT_BYTES)
+        self._on_change = on_change
+        self.states: dict[str, PinState] = {}
+        self.listed: dict[str, str] = {}  # the server's digests, by tool name
+
+    @property
+    def server(self) -> str:
+        """This server's name in the registry: as given, else the one it reports."""
+        name = self._server_name or self.connection.server_name
+        if not name:
+            raise ConfigurationError("mcp_server_name", "the MCP server reported no name")
+        return name
+
+    def pinned(self) -> list[ToolDeclaration]:
+        return [t for t in self.registry.tools if t.mcp is not None and t.mcp.server == self.server]
+
+    async def check_listing(self, listing: list[ToolDefinition]) -> None:
+        """Compare the server's listing with the pins; report each new departure once."""
+        pins = {t.name: t.mcp.digest for t in self.pinned() if t.mcp is not None}
+        listed: dict[str, ToolDefinition] = {}
+        ambiguous: set[str] = set()
+        for definition in listing:
+            seen = listed.get(definition.name)
+            if seen is not None and seen.digest != definition.digest:
+                ambiguous.add(definition.name)  # listed twice, differently: trust neither
+            listed[definition.name] = definition
+        states = compare(pins, listed)
+        for name in ambiguous:
+            states[name] = PinState.CHANGED if name in pins else PinState.NEW
+        previous, self.states = self.states, states
+        self.listed = {name: d.digest for name, d in listed.items()}
+        for name, state in sorted(states.items()):
+            if state is PinState.MATCHES or previous.get(name) is state:
+                continue
+            change = PinChange(self.server, name, state, pins.get(name), self.listed.get(name))
+            metrics.MCP_DEFINITION_CHANGES.labels(state.value).inc()
+            log.warning(
+                "MCP tool definition departs from the registry; its calls are refused until "
+                "the registry is re-imported and reviewed",
+                extra=fields(
+                    server=change.server,
+                    tool=name[:128],
+                    state=state.value,
+                    pinned=change.pinned,
+                    listed=change.listed,
+                ),
+            )
+            if self._on_change is not None:
+                await self._on_change(change)
+
+    def handlers(self) -> Handlers:
+        """One handler per pinned tool of this server, registered in the tool's namespace
+        (the server's name, as ``tools import-mcp`` writes it; or none). ConfigurationError
+        when the registry pins no tool of this server, or pins one in another namespace."""
+        handlers = Handlers()
+        for tool in self.pinned():
+            if tool.namespace is not None and tool.namespace != self.server:
+                raise ConfigurationError(
+                    "mcp_namespace",
+                    f"tool {tool.name!r} is pinned to MCP server {self.server!r} but declared "
+                    f"in namespace {tool.namespace!r} (the server's name, or none)",
+                )
+            if not handlers.handles(tool.name, tool.namespace):
+                handlers.register(
+                    tool.name,
+                    self.handle,
+                    timeout_seconds=self.session_wait_seconds
+                    + self.call_timeout_seconds
+                    + TIMEOUT_MARGIN_SECONDS,
+                    namespace=tool.namespace,
+                )
+        if not len(handlers):
+            raise ConfigurationError(
+                "mcp_no_tools",
+                f"the registry pins no tool of MCP server {self.server!r} "
+                "(write one with `processor tools import-mcp`)",
+            )
+        return handlers
+
+    def refusal(self, tool: str, namespace: str | None) -> ExecutionFailed | None:
+        """Why a call of ``tool`` in ``namespace`` must not be sent now, if it must not."""
+        if not any(t.name == tool and t.namespace == namespace for t in self.pinned()):
+            return ExecutionFailed(
+                "wrong_namespace", detail="this tool is not this MCP server's in that namespace"
+            )
+        state = self.states.get(tool)
+        if state is PinState.CHANGED:
+            return ExecutionFailed(
+                "tool_changed",
+                detail="the server's definition of this tool differs from the reviewed one",
+            )
+        if state is not PinState.MATCHES:
+            return ExecutionFailed("tool_unavailable", detail="the server does not list this tool")
+        return None
+
+    async def handle(self, call: Call) -> Mapping[str, Any]:
+        """The handler of every pinned tool: one ``tools/call``."""
+        meta: dict[str, Any] = {META_IDEMPOTENCY_KEY: call.dispatch_id}
+        try:
+            result = await self.connection.call_tool(
+                call.tool,
+                call.arguments,
+                meta,
+                wait_seconds=self.session_wait_seconds,
+                read_timeout_seconds=self.call_timeout_seconds,
+                before_send=lambda: self.refusal(call.tool, call.namespace),
+            )
+        except NotSent:
+            raise ExecutionFailed(
+                "mcp_unavailable", retry_possible=True, detail="no session with the MCP server"
+            ) from None
+        except ServerRefused as exc:
+            raise ExecutionFailed(
+                "mcp_refused", detail=f"the MCP server refused the call (JSON-RPC {exc.code})"
+            ) from None
+        except MalformedResult:
+            raise ExecutionFailed(
+                "malformed_result", detail="the MCP server's result could not be read"
+            ) from None
+        except AnswerLost as exc:
+            raise OutcomeUnknown(exc.why) from None
+        return result_output(result, self.max_result_bytes)
+
+
+def result_output(result: CallToolResult, max_bytes: int) -> dict[str, Any]:
+    """The ``results`` output of a ``CallToolResult``, or :class:`ExecutionFailed`."""
+    if result.is_error:
+        raise ExecutionFailed(
+            "tool_error", detail="the MCP server reported an error result (isError)"
+        )
+    try:
+        output: dict[str, Any] = {
+            "content": [
+                block.model_dump(by_alias=True, mode="json", exclude_none=True)
+                for block in result.content
+            ]
+        }
+        if result.structured_content is not None:
+            output["structuredContent"] = result.structured_content
+        size = len(orjson.dumps(output))
+    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
+        raise ExecutionFailed(
+            "malformed_result", detail="the MCP server's result is not JSON"
+        ) from None
+    if size > max_bytes:
+        raise ExecutionFailed(
+            "result_too_large",
+            detail=f"the MCP server's result is {size} bytes, over the {max_bytes}-byte limit",
+        )
+    return output
