@@ -100,13 +100,15 @@ _MAX_SAFE_INT: Final = 2**53 - 1
 
 # --- noncharacters (RFC 7493 §2.1 forbids them in strings, as it forbids surrogates) ---------
 # The BMP ones (U+FDD0-U+FDEF, U+FFFE, U+FFFF) stop the runs of string content below, as
-# surrogates do, at no cost (the classes stay one BMP bitmap). The 32 astral ones (U+nFFFE,
-# U+nFFFF of planes 1-16) would make every character of a run pay for them, so a delta that is
-# not ASCII is searched for them first: one range holding them all and nothing commoner than
-# the CJK extensions (emoji lie below it), then, only where that finds one, the exact set.
-_HIGH_ASTRAL: Final = re.compile("[\U0001fffe-\U0010ffff]")
-_ASTRAL_NONCHARACTER: Final = re.compile(
-    "[" + "".join(f"{chr(p << 16 | 0xFFFE)}-{chr(p << 16 | 0xFFFF)}" for p in range(1, 17)) + "]"
+# surrogates do. So does every character from U+1FFFE up (the 32 astral noncharacters lie
+# there, with the CJK extensions B and later and the rare planes; emoji lie below): one range
+# the run's class checks after its BMP bitmap, cheaper than listing the 32; a second class takes
+# the runs of such characters that are not noncharacters (planes 2-16 less their last two code
+# points), and the slow path one at a time what is left, refusing the noncharacters.
+_HIGH_ASTRAL: Final = 0x1FFFE
+_ORDINARY: Final = r'[^"\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff\U0001fffe-\U0010ffff]'
+_HIGH_ORDINARY: Final = (
+    "[" + "".join(f"\\U{p << 16:08x}-\\U{p << 16 | 0xFFFD:08x}" for p in range(2, 17)) + "]"
 )
 
 
@@ -117,7 +119,7 @@ def is_noncharacter(cp: int) -> bool:
 
 # --- fast paths (one C-level step each) ------------------------------------------------------
 _STRING_SPECIAL: Final = re.compile(  # ends a plain run
-    '["\\\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]'
+    '["\\\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff\U0001fffe-\U0010ffff]'
 )
 _WS_RUN: Final = re.compile("[ \t\n\r]+")
 _DIGIT_RUN: Final = re.compile("[0-9]+")
@@ -129,17 +131,19 @@ _NUMBER_TOKEN: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9
 # backtracking). Used for string values, whose content needs no decoding; a character it stops
 # at goes through the slow path.
 _STRING_BODY_RE: Final = (
-    r'(?:[^"\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]++|\\["\\/bfnrt]'
+    rf'(?:{_ORDINARY}++|\\["\\/bfnrt]'
     r"|\\u(?![dD][89a-fA-F]|[fF][dD][dDeE]|[fF]{3}[eEfF])[0-9a-fA-F]{4}"
     r"|\\u[dD][89abAB](?![37bfBF][fF]\\u[dD][fF]{2}[eEfF])[0-9a-fA-F]{2}"
-    r"\\u[dD][c-fC-F][0-9a-fA-F]{2})*+"
+    r"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    rf"|{_HIGH_ORDINARY}++)*+"
 )
 _STRING_BODY: Final = re.compile(_STRING_BODY_RE)
 # A whole string value and the whitespace after it.
 _PLAIN_STRING: Final = re.compile('"' + _STRING_BODY_RE + '"[ \t\n\r]*')
 # A whole escape-free member name, the colon and the whitespace around them.
 _PLAIN_MEMBER: Final = re.compile(
-    '[ \t\n\r]*"([^"\\\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]*)"[ \t\n\r]*:[ \t\n\r]*'
+    '[ \t\n\r]*"([^"\\\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff\U0001fffe-\U0010ffff]*)"'
+    "[ \t\n\r]*:[ \t\n\r]*"
 )
 
 _WS: Final = frozenset(" \t\n\r")
@@ -246,12 +250,6 @@ class JsonSyntaxScanner:
         """Scan the next delta; raise as soon as no valid continuation can exist."""
         if self._failure is not None:
             self._reraise()
-        if not text.isascii():  # O(1) on a str; then the astral noncharacters (see above)
-            high = _HIGH_ASTRAL.search(text)
-            found = _ASTRAL_NONCHARACTER.search(text, high.start()) if high else None
-            if found is not None:
-                self.feed(text[: found.start()])  # an error before it in this delta comes first
-                self._fail(self._consumed, "a noncharacter")
         if self._mode == _STRING and not self._in_key:
             # fast path: a delta wholly inside a string value (what the loop below does for
             # it: one run of string content to the end, nothing else changes)
@@ -298,6 +296,9 @@ class JsonSyntaxScanner:
                         mode = _AFTER if stack else _DONE
                 elif c == "\\":
                     mode = _ESCAPE
+                elif ord(c) >= _HIGH_ASTRAL and not is_noncharacter(ord(c)):
+                    if in_key:
+                        key_parts.append(c)
                 else:
                     self._fail(base + i - 1, f"{_char_kind(c)} inside a string")
                 continue

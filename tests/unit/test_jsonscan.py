@@ -149,6 +149,7 @@ ACCEPT = [
     '{"a":"\ufffd\ufdcf\ufdf0\U0001fffd\U00020000"}',  # beside the noncharacters
     r'{"a":"\uDBFF\uDFFD \uD83F\uDFFD \uD83E\uDFFF"}',  # U+10FFFD, U+1FFFD, U+1FBFF
     '{"\ufdcf\U0010fffd":"\\\\uFFFE"}',  # an escaped backslash, then the text "uFFFE"
+    '{"k\\u00e9\U00020000\U0002a6d6":"\U0002a6d6x\\n\U000e0001\U0001f600"}',  # planes 2, 14
     '{"a":"\\u00e9é"}',
     # numbers
     '{"a":0}',
