@@ -9,8 +9,10 @@ The accepted language is RFC 8259 JSON with the I-JSON (RFC 7493) restrictions, 
 conforming parser reads an accepted document the same way:
 
 * top level: an object (when ``require_object``), then only whitespace (space, tab, LF, CR);
-* strings: no raw U+0000-U+001F, only the RFC escapes, ``\\uXXXX`` with four hex digits, and no
-  lone surrogates, neither as escapes nor as raw surrogate code points in the ``str``;
+* strings (values and member names): no raw U+0000-U+001F, only the RFC escapes, ``\\uXXXX``
+  with four hex digits, no lone surrogates and no noncharacters (RFC 7493 §2.1: U+FDD0-U+FDEF
+  and every code point ending in FFFE or FFFF), neither as escapes (a surrogate-pair escape of
+  an astral noncharacter included) nor as raw code points in the ``str``;
 * numbers: the RFC grammar; integers (no fraction, no exponent) beyond +-(2**53-1) and numbers
   that overflow an IEEE double are refused when the number token ends;
 * literals ``true``, ``false``, ``null`` only;
@@ -96,25 +98,52 @@ _N_DIGIT_RUN: Final = frozenset((_N_INT, _N_FRAC, _N_EXP_DIGITS))
 
 _MAX_SAFE_INT: Final = 2**53 - 1
 
+# --- noncharacters (RFC 7493 §2.1 forbids them in strings, as it forbids surrogates) ---------
+# The BMP ones (U+FDD0-U+FDEF, U+FFFE, U+FFFF) stop the runs of string content below, as
+# surrogates do. So does every character from U+1FFFE up (the 32 astral noncharacters lie
+# there, with the CJK extensions B and later and the rare planes; emoji lie below): one range
+# the run's class checks after its BMP bitmap, cheaper than listing the 32; a second class takes
+# the runs of such characters that are not noncharacters (planes 2-16 less their last two code
+# points), and the slow path one at a time what is left, refusing the noncharacters.
+_HIGH_ASTRAL: Final = 0x1FFFE
+_ORDINARY: Final = r'[^"\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff\U0001fffe-\U0010ffff]'
+_HIGH_ORDINARY: Final = (
+    "[" + "".join(f"\\U{p << 16:08x}-\\U{p << 16 | 0xFFFD:08x}" for p in range(2, 17)) + "]"
+)
+
+
+def is_noncharacter(cp: int) -> bool:
+    """U+FDD0-U+FDEF, or a code point whose low 16 bits are FFFE or FFFF."""
+    return 0xFDD0 <= cp <= 0xFDEF or cp & 0xFFFE == 0xFFFE
+
+
 # --- fast paths (one C-level step each) ------------------------------------------------------
-_STRING_SPECIAL: Final = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')  # ends a plain run
+_STRING_SPECIAL: Final = re.compile(  # ends a plain run
+    '["\\\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff\U0001fffe-\U0010ffff]'
+)
 _WS_RUN: Final = re.compile("[ \t\n\r]+")
 _DIGIT_RUN: Final = re.compile("[0-9]+")
 # A whole number token; group 2 (the exponent) is ``lastindex`` when present.
 _NUMBER_TOKEN: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-# A run of string content: ordinary characters, simple escapes, \u escapes of non-surrogates
-# and whole surrogate-pair escapes (possessive: no backtracking). Used for string values, whose
-# content needs no decoding; a character it stops at goes through the slow path.
+# A run of string content: ordinary characters, simple escapes, \u escapes of characters (not
+# of a surrogate or a noncharacter) and whole surrogate-pair escapes, except those of an astral
+# noncharacter (a high surrogate ending in 3F/7F/BF/FF, a low one DFFE or DFFF) (possessive: no
+# backtracking). Used for string values, whose content needs no decoding; a character it stops
+# at goes through the slow path.
 _STRING_BODY_RE: Final = (
-    r'(?:[^"\\\x00-\x1f\ud800-\udfff]++|\\["\\/bfnrt]|\\u(?![dD][89a-fA-F])[0-9a-fA-F]{4}'
-    r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})*+"
+    rf'(?:{_ORDINARY}++|\\["\\/bfnrt]'
+    r"|\\u(?![dD][89a-fA-F]|[fF][dD][dDeE]|[fF]{3}[eEfF])[0-9a-fA-F]{4}"
+    r"|\\u[dD][89abAB](?![37bfBF][fF]\\u[dD][fF]{2}[eEfF])[0-9a-fA-F]{2}"
+    r"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    rf"|{_HIGH_ORDINARY}++)*+"
 )
 _STRING_BODY: Final = re.compile(_STRING_BODY_RE)
 # A whole string value and the whitespace after it.
 _PLAIN_STRING: Final = re.compile('"' + _STRING_BODY_RE + '"[ \t\n\r]*')
 # A whole escape-free member name, the colon and the whitespace around them.
 _PLAIN_MEMBER: Final = re.compile(
-    '[ \t\n\r]*"([^"\\\\\x00-\x1f\ud800-\udfff]*)"[ \t\n\r]*:[ \t\n\r]*'
+    '[ \t\n\r]*"([^"\\\\\x00-\x1f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff\U0001fffe-\U0010ffff]*)"'
+    "[ \t\n\r]*:[ \t\n\r]*"
 )
 
 _WS: Final = frozenset(" \t\n\r")
@@ -151,6 +180,8 @@ def _char_kind(c: str) -> str:
         return f"control character U+{cp:04X}"
     if 0xD800 <= cp <= 0xDFFF:
         return "a surrogate code point"
+    if is_noncharacter(cp):
+        return "a noncharacter"
     return "an unexpected character"
 
 
@@ -265,6 +296,9 @@ class JsonSyntaxScanner:
                         mode = _AFTER if stack else _DONE
                 elif c == "\\":
                     mode = _ESCAPE
+                elif ord(c) >= _HIGH_ASTRAL and not is_noncharacter(ord(c)):
+                    if in_key:
+                        key_parts.append(c)
                 else:
                     self._fail(base + i - 1, f"{_char_kind(c)} inside a string")
                 continue
@@ -615,12 +649,17 @@ class JsonSyntaxScanner:
         self._hex_val = 0
         if high:
             self._pending_high = 0
+            cp = 0x10000 + ((high - 0xD800) << 10) + (val - 0xDC00)
+            if is_noncharacter(cp):
+                self._fail(base + i - 1, "noncharacter escape (a surrogate pair) in string")
             if in_key:
-                self._key_parts.append(chr(0x10000 + ((high - 0xD800) << 10) + (val - 0xDC00)))
+                self._key_parts.append(chr(cp))
             return i, _STRING
         if 0xD800 <= val <= 0xDBFF:
             self._pending_high = val
             return i, _SURR_BS
+        if is_noncharacter(val):
+            self._fail(base + i - 1, "noncharacter escape in string")
         if in_key:
             self._key_parts.append(chr(val))
         return i, _STRING

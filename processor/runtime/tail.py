@@ -111,16 +111,17 @@ def _record_line(record: ConsumerRecord) -> str:
         return f"{when} {where} (not a JSON object)"
     kind = v.get("type", "?")
     call = f"{v.get('tenant')}/{v.get('turn_id')} {v.get('response_id')}/{v.get('call_id')}"
+    tool = v.get("tool") if v.get("namespace") is None else f"{v.get('namespace')}.{v.get('tool')}"
     if kind == "dispatch":
-        detail = f"{call} tool={v.get('tool')}@{v.get('tool_version')} actor={v.get('actor')}"
+        detail = f"{call} tool={tool}@{v.get('tool_version')} actor={v.get('actor')}"
         detail += f" dispatch_id={v.get('dispatch_id')}"
     elif kind == "proposal":
-        detail = f"{call} tool={v.get('tool')} digest={str(v.get('args_digest'))[:16]}"
+        detail = f"{call} tool={tool} digest={str(v.get('args_digest'))[:16]}"
     elif kind == "status":
         detail = f"{call} {v.get('state')} retry={v.get('retry_possible')} {v.get('message')!r}"
     elif kind == "ledger":
         detail = (
-            f"{call} tool={v.get('tool')} {v.get('state')} reason={v.get('terminal_reason')} "
+            f"{call} tool={tool} {v.get('state')} reason={v.get('terminal_reason')} "
             f"fragments={v.get('fragment_count')} bytes={v.get('bytes')}"
         )
     elif kind == "audit":
@@ -132,7 +133,7 @@ def _record_line(record: ConsumerRecord) -> str:
             detail += f" rejection={v.get('rejection')}"
     elif kind == "execution.result":
         detail = (
-            f"{call} tool={v.get('tool')} {v.get('outcome')} reason={v.get('reason')} "
+            f"{call} tool={tool} {v.get('outcome')} reason={v.get('reason')} "
             f"dispatch_id={v.get('dispatch_id')} group={v.get('executor_group')}"
         )
     elif kind == "deadletter":

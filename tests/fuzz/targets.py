@@ -11,7 +11,8 @@ Targets and what counts as an escape:
 ``jsonscan``     a random or mutated JSON text, fed to :class:`JsonSyntaxScanner` in a random
                  chunking, must be accepted exactly when the strict reference accepts it
                  (orjson, plus the I-JSON rules the scanner enforces: no duplicate member names,
-                 integers within +-(2**53-1), finite numbers, no lone surrogates, depth); the
+                 integers within +-(2**53-1), finite numbers, no lone surrogates and no
+                 noncharacters, raw or escaped, in strings and names, depth); the
                  scanner may raise only MalformedJson or LimitExceeded.
 ``adapters``     a real recording (tests/adapters/data) with random mutations (dropped, doubled,
                  swapped, truncated or garbage events, leaves replaced, keys deleted, bytes
@@ -107,10 +108,11 @@ _FLOATS = ["0.5", "-0.0", "1e2", "1E+2", "1e-2", "1.5e308", "1e309", "-1e400", "
 _BAD_NUMBERS = ["01", "1.", ".5", "+1", "1e", "-", "1e+", "0x1F", "NaN", "Infinity", "-Infinity"]
 _STRINGS = ['"a"', '""', '"\\n\\t\\"\\\\\\/"', '"\\u0041"', '"\\ud83d\\ude00"', '"é€😀"',
             '"\\ud800"', '"\\udc00x"', '"\\ud800\\u0041"', '"\\x"', '"\\u12"', '"\x01"',
-            '"\ud800"', '"a\nb"', '"\\uDFFF"']  # fmt: skip
+            '"\ud800"', '"a\nb"', '"\\uDFFF"', '"\\uFFFE"', '"x\ufdd0"', '"\\udbff\\udfff"',
+            '"\U0001ffff"', '"\\uFDCF\ufdf0\\ufffd"']  # fmt: skip
 _LITERALS = ["true", "false", "null", "tru", "nul", "True", "None"]
 _WS = ["", "", "", " ", "\n", "\t", "\r\n", "\x0b", "\xa0"]
-_NAMES = ['"a"', '"b"', '"\\u0061"', '"a"', '"\\ud800"', '""', '"é"']
+_NAMES = ['"a"', '"b"', '"\\u0061"', '"a"', '"\\ud800"', '""', '"é"', '"\\uFDEF"', '"\U0010fffe"']
 
 
 def _ws(rng: random.Random) -> str:
@@ -142,7 +144,7 @@ def _deep(rng: random.Random, max_depth: int) -> str:
     return '{"a":' + "[" * (depth - 1) + inner + "]" * (depth - 1) + "}"
 
 
-_MUTATION_ALPHABET = '{}[]:,"\\u0123456789abcdefeE+-. \n\ttrfnl\x00\x1f\ud800é'
+_MUTATION_ALPHABET = '{}[]:,"\\u0123456789abcdefeE+-. \n\ttrfnl\x00\x1f\ud800é\uffff\U0003fffe'
 
 
 def mutate_text(rng: random.Random, text: str) -> str:
@@ -202,8 +204,11 @@ class _Number(str):
 def _ijson_ok(value: Any, depth: int, max_depth: int) -> bool:
     if isinstance(value, _Number):
         return math.isfinite(float(value))
-    if isinstance(value, str):
-        return not any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, str):  # no lone surrogate, no noncharacter (RFC 7493 §2.1)
+        return not any(
+            0xD800 <= ord(c) <= 0xDFFF or 0xFDD0 <= ord(c) <= 0xFDEF or ord(c) % 0x10000 >= 0xFFFE
+            for c in value
+        )
     if isinstance(value, bool) or value is None:
         return True
     if isinstance(value, int):

@@ -49,15 +49,21 @@ ANY_OBJECT = Registry.from_document(
 )
 SAFE_INT = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
-SCALARS = st.none() | st.booleans() | SAFE_INT | FINITE | st.text()
+# I-JSON text: no surrogates and no noncharacters (RFC 7493 §2.1; refused, tests/unit/test_jsonscan)
+CHARS = st.characters(
+    exclude_categories=("Cs",),
+    exclude_characters=[c for c in map(chr, range(0x110000)) if 0xFDD0 <= ord(c) <= 0xFDEF
+                        or ord(c) & 0xFFFE == 0xFFFE],
+)  # fmt: skip
+SCALARS = st.none() | st.booleans() | SAFE_INT | FINITE | st.text(CHARS)
 JSON = st.recursive(
     SCALARS,
     lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(CHARS, max_size=8), inner, max_size=4)
     ),
     max_leaves=20,
 )
-OBJECTS = st.dictionaries(st.text(max_size=8), JSON, max_size=6)
+OBJECTS = st.dictionaries(st.text(CHARS, max_size=8), JSON, max_size=6)
 
 
 def chunk(text: str, cuts: list[int]) -> list[str]:

@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import random
+import re
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -17,6 +18,9 @@ from hypothesis import strategies as st
 
 from processor.core.errors import LimitExceeded, MalformedJson
 from processor.core.jsonscan import JsonSyntaxScanner
+from processor.core.registry import Registry
+from processor.core.states import TerminalReason
+from processor.core.validation import Rejected, validate_call
 
 MAX_SAFE = 2**53 - 1
 
@@ -89,9 +93,14 @@ def reference_accepts(text: str, *, max_depth: int = 64, require_object: bool = 
     return _ijson_ok(value, 0, max_depth)
 
 
+def noncharacter(cp: int) -> bool:
+    """RFC 7493 §2.1's noncharacters, written out from Unicode's definition (chapter 23.7)."""
+    return cp in range(0xFDD0, 0xFDF0) or cp % 0x10000 in (0xFFFE, 0xFFFF)
+
+
 def _ijson_ok(value: Any, depth: int, max_depth: int) -> bool:
     if isinstance(value, str):
-        return not any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+        return not any(0xD800 <= ord(c) <= 0xDFFF or noncharacter(ord(c)) for c in value)
     if isinstance(value, bool) or value is None:
         return True
     if isinstance(value, int):
@@ -132,12 +141,15 @@ ACCEPT = [
     '{"a":""}',
     '{"a":"plain text"}',
     r'{"a":"\"\\\/\b\f\n\r\t"}',
-    r'{"a":"\u0041\u00e9\uFFFF\uffff"}',
+    r'{"a":"\u0041\u00e9\uFFFD\ufdcf\uFDF0"}',
     r'{"a":"\ud83d\ude00"}',
-    r'{"a":"\uD83D\uDE00 \uDBFF\uDFFF \uD800\uDC00"}',
+    r'{"a":"\uD83D\uDE00 \uDBFE\uDFFF \uD800\uDC00"}',
     r'{"a":"\u0000\u001f"}',
-    '{"a":"😀é\u2028\x7f\U0010ffff"}',
-    '{"a":"\ufffe\uffff\ufdd0"}',
+    '{"a":"😀é\u2028\x7f\U0010fffd"}',
+    '{"a":"\ufffd\ufdcf\ufdf0\U0001fffd\U00020000"}',  # beside the noncharacters
+    r'{"a":"\uDBFF\uDFFD \uD83F\uDFFD \uD83E\uDFFF"}',  # U+10FFFD, U+1FFFD, U+1FBFF
+    '{"\ufdcf\U0010fffd":"\\\\uFFFE"}',  # an escaped backslash, then the text "uFFFE"
+    '{"k\\u00e9\U00020000\U0002a6d6":"\U0002a6d6x\\n\U000e0001\U0001f600"}',  # planes 2, 14
     '{"a":"\\u00e9é"}',
     # numbers
     '{"a":0}',
@@ -231,6 +243,25 @@ REJECT: list[tuple[str, bool]] = [
     ('{"a":"\ud83d\ude00"}', True),
     ('{"\udfff":1}', True),
     ('{"a":1}\ud800', True),
+    # noncharacters (RFC 7493 §2.1): U+FDD0-U+FDEF, U+nFFFE, U+nFFFF; raw or escaped
+    ('{"a":"\ufdd0"}', True),
+    ('{"a":"x\ufdef"}', True),
+    ('{"a":"\ufffe"}', True),
+    ('{"a":"\uffff"}', True),
+    ('{"a":"\U0001fffe"}', True),
+    ('{"a":"\U0010ffff"}', True),
+    ('{"\ufdd0":1}', True),
+    ('{"k\U0002ffff":1}', True),
+    ('{"a":"\\uFDD0"}', True),
+    ('{"a":"\\ufdef"}', True),
+    ('{"a":"\\uFFFE"}', True),
+    ('{"a":"\\uffff"}', True),
+    ('{"a":"\\uD83F\\uDFFE"}', True),
+    ('{"a":"\\udbff\\udfff"}', True),
+    ('{"a":"\\uD87F\\uDFFF"}', True),
+    ('{"\\uFFFF":1}', True),
+    ('{"a":1,"b\\u00e9\\uFDD0":2}', True),
+    ('{"\\uDBBF\\uDFFE":1}', True),
     # numbers
     ('{"a":01}', True),
     ('{"a":-01}', True),
@@ -529,16 +560,20 @@ def test_from_snapshot_rejects_corrupt_data(patch: dict[str, object]) -> None:
 # --- properties --------------------------------------------------------------------------------
 
 _tricky_text = st.text(
-    alphabet=st.sampled_from(list('a"\\/\b\x00\x1f\x7f é\u2028\ufffe😀\U0010ffff{}[]:,')),
+    alphabet=st.sampled_from(
+        list('a"\\/\b\x00\x1f\x7f é\u2028\ufffd\ufdcf\ufdf0😀\U0010fffd\U0001fbff{}[]:,')
+    ),
     max_size=12,
 )
-_keys = st.one_of(st.text(max_size=8), _tricky_text)
+NONCHARACTERS = [chr(cp) for cp in range(0x110000) if noncharacter(cp)]
+_text_chars = st.characters(exclude_categories=("Cs",), exclude_characters=NONCHARACTERS)
+_keys = st.one_of(st.text(_text_chars, max_size=8), _tricky_text)
 _scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-MAX_SAFE, MAX_SAFE),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=20),
+    st.text(_text_chars, max_size=20),
     _tricky_text,
 )
 json_values = st.recursive(
@@ -587,6 +622,13 @@ _MUTATION_PIECES = [
     "\\ude00",
     "\\udc00",
     "\\u0061",
+    "\ufdd0",
+    "\uffff",
+    "\U0001fffe",
+    "\\uFDEF",
+    "\\ufffe",
+    "\\uD83F\\uDFFF",
+    "\\udbff\\udffe",
     "1e400",
     "9007199254740993",
     "-9007199254740991",
@@ -644,3 +686,97 @@ def test_agrees_with_reference_for_any_top_level(text: str) -> None:
     expected = reference_accepts(text, require_object=False)
     assert (outcome([text], require_object=False) is None) == expected
     assert (outcome(list(text), require_object=False) is None) == expected
+
+
+# --- noncharacters (issue 29, item 4) ------------------------------------------------------------
+
+_nonchars = st.sampled_from(NONCHARACTERS)
+
+
+@st.composite
+def poisoned(draw: st.DrawFn) -> tuple[str, str]:
+    """(a document holding one noncharacter in a string value or a member name, at any depth,
+    raw or escaped in any case, the same document with U+FFFD in its place)."""
+    obj = draw(json_objects)
+    nc = draw(_nonchars)
+    carrier = draw(st.text(_text_chars, max_size=4)) + nc + draw(st.text(_text_chars, max_size=4))
+    where = draw(st.integers(0, 4))
+    inner: Any = [
+        {carrier: 1},
+        {"k": carrier},
+        {"k": [1, carrier, None]},
+        {"k": {carrier: [True]}},
+        {"k": [{"x": {"y": carrier}}]},
+    ][where]
+    items = [(k, v) for k, v in obj.items() if k not in inner]
+    at = draw(st.integers(0, len(items)))
+    items[at:at] = list(inner.items())
+    value = dict(items)
+    text = serialise(value, draw(st.integers(0, 3)))
+    if draw(st.booleans()):  # escapes in upper case: \uFFFE, \uDBFF\uDFFF
+        text = re.sub(r"\\u[0-9a-f]{4}", lambda m: "\\u" + m.group()[2:].upper(), text)
+    clean = serialise({k.replace(nc, "\ufffd"): v for k, v in items}, 0)
+    return text, clean.replace(nc, "\ufffd")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=poisoned(), data=st.data())
+def test_a_noncharacter_anywhere_in_a_string_or_key_is_refused_under_any_chunking(
+    doc: tuple[str, str], data: Any
+) -> None:
+    text, clean = doc
+    cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=12))
+    verdicts = {outcome(c) for c in ([text], list(text), chunks_at(text, cuts))}
+    assert len(verdicts) == 1, f"the verdict depends on chunking: {verdicts}"
+    (verdict,) = verdicts
+    assert verdict is not None and verdict[1] == "MalformedJson" and "noncharacter" in verdict[2]
+    assert not reference_accepts(text)
+    rejected = validate_call(text.encode(), DECLARATION, _no_context)  # the strict parse
+    assert isinstance(rejected, Rejected)
+    assert rejected.reason is TerminalReason.MALFORMED_JSON
+    assert rejected.parse_result == "noncharacter_in_string"
+    assert outcome([clean]) is None
+
+
+DECLARATION = Registry.from_document(
+    {"tools": [{"name": "t", "parameters": {"type": "object"}}]}
+).tools[0]
+
+
+def _no_context() -> Any:
+    raise AssertionError("no business validators")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":"\ufdd0"}',
+        '{"\U0010ffff":1}',
+        '{"a":"\U0003fffe"}',  # F0 BF BF BE: the candidate BF BF, then BF BE
+        '{"a":"\\uFDEF"}',
+        '{"a":"\\uffff"}',
+        '{"a":"\\ud83f\\udffe"}',
+        '{"a":"\\\\\\uFFFE"}',  # an escaped backslash, then the escape
+        '{"a":"x","\\uDBFF\\uDFFF":2}',
+        '{"a":[1,{"b":"\\uDBBF\\uDFFF"}]}',
+    ],
+)
+def test_the_strict_parse_refuses_a_noncharacter(text: str) -> None:
+    rejected = validate_call(text.encode(), DECLARATION, _no_context)
+    expected = Rejected(TerminalReason.MALFORMED_JSON, "noncharacter_in_string", "not_run")
+    assert rejected == expected
+    assert orjson.loads(text)  # orjson alone reads it
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":"\\\\uFFFE"}',  # an escaped backslash, then the text "uFFFE"
+        '{"a":"\\\\\\\\uFDD0 \\ufdcf \\uFDF0 \\uFFFD \\uDBFF\\uDFFD \\uD83E\\uDFFF"}',
+        '{"\ufdcf\ufdf0\ufffd\U0010fffd":"\U0001fbff"}',
+        '{"a":"\u0ffe\u0fff\U0003fffd\U000bfbfe"}',  # E0 BF BE, F0 BF BF BD: not one
+    ],
+)
+def test_the_strict_parse_accepts_what_is_beside_the_noncharacters(text: str) -> None:
+    assert outcome([text]) is None
+    assert not isinstance(validate_call(text.encode(), DECLARATION, _no_context), Rejected)

@@ -31,6 +31,12 @@ def record(value: dict[str, Any]) -> ConsumerRecord[bytes, bytes]:
           "output": {"x": "SECRET"}}, "refused reason=turn_cancelled"),
         ({**KEY, "type": "ledger", "tool": "t", "state": "failed", "terminal_reason": "malformed_json",
           "fragment_count": 3, "bytes": 10}, "reason=malformed_json"),
+        ({**KEY, "type": "dispatch", "tool": "transfer", "namespace": "crm", "tool_version": "1",
+          "actor": "alice", "dispatch_id": "d1", "arguments": {"to": "SECRET"}},
+         "tool=crm.transfer@1"),
+        ({**KEY, "type": "ledger", "tool": "transfer", "namespace": "crm", "state": "failed",
+          "terminal_reason": "unknown_tool", "fragment_count": 3, "bytes": 10},
+         "tool=crm.transfer failed"),
     ],
 )  # fmt: skip
 def test_lines_name_the_facts_but_never_argument_values(value: dict[str, Any], expected: str) -> None:

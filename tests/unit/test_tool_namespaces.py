@@ -295,3 +295,13 @@ def test_the_fence_stops_a_namespaced_dispatch_by_its_name_and_aliases() -> None
     fence.apply(disable("wire"), 100.0)  # the alias, declared in crm only
     refusal = fence.check(dispatch, 101.0)
     assert refusal is not None and refusal.code is RefusalCode.TOOL_DISABLED
+
+
+def test_replay_lines_name_the_namespace() -> None:
+    from processor.commands_offline import output_line, text_line
+
+    crm, bare = make_dispatch("crm"), make_dispatch(None)
+    assert text_line(crm).startswith(b"DISPATCH  crm.transfer(")
+    assert text_line(bare).startswith(b"DISPATCH  transfer(")
+    assert orjson.loads(output_line(crm))["namespace"] == "crm"
+    assert "namespace" not in orjson.loads(output_line(bare))  # as on the wire
