@@ -66,6 +66,7 @@ from processor.executor.records import (
 )
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
+from processor.runtime import hanging
 from processor.runtime.clients import discard_producer, stop_consumer
 from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
@@ -459,11 +460,13 @@ class ExecutorClient:
                     except _Abandoned:
                         return
                     except Exception as exc:
+                        delay = min(delay * 2, 30.0)
+                        if isinstance(exc, hanging.TransactionHeld):
+                            continue  # logged once by processor.runtime.hanging
                         log.warning(
                             "retrying the take of a dispatch partition",
                             extra=fields(partition=tp.partition, error=type(exc).__name__),
                         )
-                        delay = min(delay * 2, 30.0)
                         continue
                     consumer.resume(tp)
                     return
@@ -538,6 +541,17 @@ class ExecutorClient:
         )
         try:
             await producer.start()  # InitProducerId: fences and completes the previous owner's txn
+            # before it writes anything: what the coordinator completed without a marker on an
+            # output partition (processor.runtime.hanging); TransactionHeld when it may not
+            topics = (self.topics.executions, self.topics.results, self.topics.status)
+            await hanging.abort_own_hanging(
+                producer.client,
+                producer_id=producer._txn_manager.producer_id,
+                transactional_id=f"{self.group}.executor.{partition}",
+                partitions=await hanging.partitions_of(producer.client, topics),
+                owner="executor",
+                bootstrap=self.settings.bootstrap_servers,
+            )
         except BaseException:
             await discard_producer(producer)
             raise
