@@ -26,6 +26,8 @@ to the transaction):
 
 The worker must abort the open transaction before its first commit, so ``dispatch`` holds the new
 call's record only. Before the fix, the worker's commit marker made the aborted record visible.
+The same is built for an executor (its transactional id for partition 0, a record left open on
+``results-0``), which then runs the new call: ``results`` holds its result only.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
+import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -42,12 +45,15 @@ from aiokafka.structs import TopicPartition
 from processor.core.events import Dispatch, encode
 from processor.runtime import hanging
 from processor.runtime.clients import admin_client, discard_producer
+from processor.runtime.tail import read_records
 from tests.chaos.faults import Broker
 from tests.integration.conftest import Runtime, call_events, free_port, turn_started, wait_until
+from tests.integration.test_executor_fence import Executor, Recorder, running
 
 pytestmark = pytest.mark.integration
 
 ABORTED_ID = "seed19-aborted-dispatch"
+ABORTED_RESULT = b'{"type": "result", "dispatch_id": "seed19-aborted-result"}'
 
 
 @pytest.mark.timeout(420)
@@ -79,10 +85,17 @@ async def _scenario(tmp_path: Path) -> None:
 
         producer_id = await _leave_open(runtime, dispatch_0)
         assert await _open_of(runtime, producer_id, dispatch_0), "the open transaction was not made"
+        group = f"{runtime.prefix}exec"
+        results_0 = TopicPartition(topics.results, 0)
+        executor_id = await _leave_open_raw(
+            runtime, f"{group}.executor.0", topics.executions, results_0, ABORTED_RESULT
+        )
+        assert await _open_of(runtime, executor_id, results_0)
 
-        await broker.kill()  # kill -9, with the transaction open
+        await broker.kill()  # kill -9, with the transactions open
         await broker.start()
         assert await _open_of(runtime, producer_id, dispatch_0), "it did not survive the restart"
+        assert await _open_of(runtime, executor_id, results_0)
 
         worker = runtime.start_worker("w1")
         await worker.wait_ready(timeout=120)
@@ -102,6 +115,15 @@ async def _scenario(tmp_path: Path) -> None:
         assert len(aborted) == 1, worker.log()[-3000:]
         assert aborted[0]["partitions"] == [f"{topics.dispatch}-0"]
         assert "toolcall_hanging_transactions_aborted_total" in await worker.metrics()
+
+        # an executor runs the call; its commit on results-0 must not show the aborted result
+        recorder = Recorder("get_weather")
+        async with running(Executor(runtime.settings, recorder.handlers, group=group)):
+            await wait_until(lambda: _results(runtime), timeout=90, what="the call's result")
+        values = await _results(runtime)
+        assert ABORTED_RESULT not in values
+        assert [orjson.loads(v)["call_id"] for v in values] == ["call_1"]
+        assert not await _open_of(runtime, executor_id, results_0)
     finally:
         await runtime.close()
         await broker.stop()
@@ -142,6 +164,31 @@ async def _leave_open(runtime: Runtime, dispatch_0: TopicPartition) -> int:
         return producer_id
     finally:
         await discard_producer(producer)
+
+
+async def _leave_open_raw(
+    runtime: Runtime, transactional_id: str, known: str, hidden: TopicPartition, value: bytes
+) -> int:
+    """As :func:`_leave_open`, for any transactional id: a record on ``known`` partition 0 that
+    the coordinator knows of, and ``value`` left open on ``hidden``. The producer id."""
+    producer = AIOKafkaProducer(
+        transactional_id=transactional_id, **runtime.settings.kafka_client_kwargs()
+    )
+    await producer.start()
+    try:
+        producer_id: int = producer._txn_manager.producer_id
+        await producer.begin_transaction()
+        await (await producer.send(known, b"{}", key=b"acme/t-19", partition=0))
+        producer._txn_manager._txn_partitions.add(hidden)
+        await (await producer.send(hidden.topic, value, key=b"acme/t-19", partition=0))
+        await producer.abort_transaction()
+        return producer_id
+    finally:
+        await discard_producer(producer)
+
+
+async def _results(runtime: Runtime) -> list[bytes]:
+    return [r.value async for r in read_records(runtime.settings, runtime.topics.results)]
 
 
 async def _open_of(runtime: Runtime, producer_id: int, tp: TopicPartition) -> bool:
