@@ -35,7 +35,7 @@ _DEFAULT_OLDER_THAN = 60.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    doctor = subparsers.add_parser("doctor", help="diagnose the deployment on the broker")
+    doctor = subparsers.add_parser("doctor", help="diagnose the deployment (hanging transactions)")
     commands = doctor.add_subparsers(dest="doctor_command", required=True, metavar="CHECK")
     p = commands.add_parser(
         "transactions", help="list open and hanging transactions on the processor's topics"
