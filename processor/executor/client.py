@@ -531,9 +531,16 @@ class ExecutorClient:
                 consumer.pause(TopicPartition(self.topics.dispatch, owned.partition))
 
     async def _new_producer(self, partition: int) -> AIOKafkaProducer:
+        transactional_id = f"{self.group}.executor.{partition}"
+        consumer = self._consumer  # how the coordinator left the id, before InitProducerId
+        previous = (
+            await hanging.previous_transaction(consumer._client, transactional_id)
+            if consumer is not None
+            else None
+        )
         producer = AIOKafkaProducer(
             **self.settings.kafka_client_kwargs(),
-            transactional_id=f"{self.group}.executor.{partition}",
+            transactional_id=transactional_id,
             enable_idempotence=True,
             acks="all",
             transaction_timeout_ms=self.settings.transaction_timeout_ms,
@@ -544,13 +551,14 @@ class ExecutorClient:
             # before it writes anything: what the coordinator completed without a marker on an
             # output partition (processor.runtime.hanging); TransactionHeld when it may not
             topics = (self.topics.executions, self.topics.results, self.topics.status)
-            await hanging.abort_own_hanging(
+            await hanging.end_own_hanging(
                 producer.client,
                 producer_id=producer._txn_manager.producer_id,
-                transactional_id=f"{self.group}.executor.{partition}",
+                transactional_id=transactional_id,
                 partitions=await hanging.partitions_of(producer.client, topics),
                 owner="executor",
                 bootstrap=self.settings.bootstrap_servers,
+                previous=previous,
             )
         except BaseException:
             await discard_producer(producer)
@@ -938,7 +946,7 @@ class ExecutorClient:
                 except ProducerFenced:
                     owned.lost = True
                     raise _Fenced from None
-                except KafkaError:
+                except (KafkaError, hanging.TransactionHeld):
                     continue
                 continue
             if offset is not None and offset >= (owned.pending_offset or 0):

@@ -145,11 +145,12 @@ RESTORE_FAILURES: Final = Counter(
     "Partition preparations (fence, restore, seek) that failed or timed out and were retried.",
 )
 
-HANGING_TRANSACTIONS_ABORTED: Final = Counter(
-    "toolcall_hanging_transactions_aborted",
+HANGING_TRANSACTIONS_ENDED: Final = Counter(
+    "toolcall_hanging_transactions_ended",
     "Open transactions of a task's own producer id found on its output partitions after "
-    "InitProducerId and aborted (processor.runtime.hanging), by owner (worker, executor).",
-    ["owner"],
+    "InitProducerId and ended (processor.runtime.hanging), by owner (worker, executor) and "
+    "the marker written (abort; commit when the coordinator had committed it).",
+    ["owner", "marker"],
 )
 HANGING_TRANSACTION_HELD: Final = Gauge(
     "toolcall_hanging_transaction_held",

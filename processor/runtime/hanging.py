@@ -14,8 +14,12 @@ layer:
 - ``WriteTxnMarkers`` (api 27, v1), sent to the partition's leader too (as Kafka's Admin
   ``abortTransaction`` does): an ABORT marker with the producer id, epoch and coordinator epoch
   that ``DescribeProducers`` reported. Needs CLUSTER_ACTION on the cluster.
+- ``DescribeTransactions`` (api 65, v0), sent to the transactional id's coordinator before
+  ``InitProducerId``: how the coordinator left the id's last transaction. When it had committed
+  it (``PrepareCommit``, ``CompleteCommit``), a partition it skipped gets the COMMIT marker it
+  meant to write instead of an abort. Needs DESCRIBE on the transactional id.
 
-:func:`abort_own_hanging` is what a task's transactional producer runs after ``InitProducerId``
+:func:`end_own_hanging` is what a task's transactional producer runs after ``InitProducerId``
 and before it writes anything (:mod:`processor.runtime.partition`,
 :mod:`processor.executor.client`). ``InitProducerId`` returns only once the coordinator has
 completed the previous transaction of the id, so any transaction of the producer id still open on
@@ -57,12 +61,14 @@ log = logging.getLogger(__name__)
 __all__ = [
     "HangingError",
     "OpenTransaction",
+    "Previous",
     "TransactionHeld",
-    "abort_own_hanging",
     "abort_transactions",
     "describe_open_transactions",
+    "end_own_hanging",
     "free_command",
     "partitions_of",
+    "previous_transaction",
 ]
 
 _NONE: Final = 0
@@ -71,6 +77,11 @@ _TOPIC_AUTHORIZATION_FAILED: Final = 29
 _CLUSTER_AUTHORIZATION_FAILED: Final = 31
 _DENIED: Final = frozenset({_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED})
 _ATTEMPTS: Final = 5
+_DONE: Final = {"abort": "aborted", "commit": "committed"}
+_TRANSACTIONAL_ID_NOT_FOUND: Final = 105
+_TRANSACTION_COORDINATOR: Final = 1  # FindCoordinator key type
+# coordinator states whose transaction ends, or ended, committed (TransactionState.java)
+_COMMITTED: Final = frozenset({"PrepareCommit", "CompleteCommit"})
 
 
 # ---------------------------------------------------------------------- protocol structs
@@ -207,17 +218,17 @@ class WriteTxnMarkersRequest_v1(RequestStruct):  # type: ignore[misc]  # noqa: N
 
 
 class WriteTxnMarkersRequest(Request[WriteTxnMarkersRequest_v1]):  # type: ignore[misc]
-    """ABORT markers (``transaction_result`` false) for open transactions on one leader."""
+    """ABORT (or, with ``commit``, COMMIT) markers for open transactions on one leader."""
 
     API_KEY: ClassVar[int] = 27
 
-    def __init__(self, transactions: Iterable[OpenTransaction]) -> None:
+    def __init__(self, transactions: Iterable[OpenTransaction], *, commit: bool = False) -> None:
         markers: dict[tuple[int, int, int], dict[str, list[int]]] = {}
         for t in transactions:
             key = (t.producer_id, t.producer_epoch, t.coordinator_epoch)
             markers.setdefault(key, {}).setdefault(t.topic, []).append(t.partition)
         self._markers: list[tuple[Any, ...]] = [
-            (pid, epoch, False, [(n, sorted(ps), {}) for n, ps in sorted(tps.items())], ce, {})
+            (pid, epoch, commit, [(n, sorted(ps), {}) for n, ps in sorted(tps.items())], ce, {})
             for (pid, epoch, ce), tps in markers.items()
         ]
 
@@ -225,6 +236,59 @@ class WriteTxnMarkersRequest(Request[WriteTxnMarkersRequest_v1]):  # type: ignor
         self, request_struct_class: type[WriteTxnMarkersRequest_v1]
     ) -> WriteTxnMarkersRequest_v1:
         return request_struct_class(self._markers, {})
+
+
+class DescribeTransactionsResponse_v0(Response):  # type: ignore[misc]  # noqa: N801
+    API_KEY = 65
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "transaction_states",
+            CompactArray(
+                ("error_code", Int16),
+                ("transactional_id", CompactString("utf-8")),
+                ("transaction_state", CompactString("utf-8")),
+                ("transaction_timeout_ms", Int32),
+                ("transaction_start_time_ms", Int64),
+                ("producer_id", Int64),
+                ("producer_epoch", Int16),  # int16 on the wire (Kafka 4.4)
+                (
+                    "topic_partitions",
+                    CompactArray(
+                        ("name", CompactString("utf-8")),
+                        ("partition_indexes", CompactArray(Int32)),
+                        ("tags", TaggedFields),
+                    ),
+                ),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeTransactionsRequest_v0(RequestStruct):  # type: ignore[misc]  # noqa: N801
+    FLEXIBLE_VERSION = True
+    API_KEY = 65
+    API_VERSION = 0
+    RESPONSE_TYPE = DescribeTransactionsResponse_v0
+    SCHEMA = Schema(
+        ("transactional_ids", CompactArray(CompactString("utf-8"))),
+        ("tags", TaggedFields),
+    )
+
+
+class DescribeTransactionsRequest(Request[DescribeTransactionsRequest_v0]):  # type: ignore[misc]
+    API_KEY: ClassVar[int] = 65
+
+    def __init__(self, transactional_ids: Sequence[str]) -> None:
+        self._ids = list(transactional_ids)
+
+    def build(
+        self, request_struct_class: type[DescribeTransactionsRequest_v0]
+    ) -> DescribeTransactionsRequest_v0:
+        return request_struct_class(self._ids, {})
 
 
 # ---------------------------------------------------------------------- results and errors
@@ -249,6 +313,19 @@ class OpenTransaction:
     def age_seconds(self, now: float) -> float | None:
         """Seconds since the producer last wrote to the partition (None: not known)."""
         return None if self.last_timestamp < 0 else max(0.0, now - self.last_timestamp / 1000)
+
+
+@dataclass(frozen=True)
+class Previous:
+    """How the coordinator left a transactional id's last transaction (DescribeTransactions,
+    read before ``InitProducerId``, which forgets it)."""
+
+    producer_id: int
+    state: str  # Empty, Ongoing, PrepareCommit, CompleteAbort, …
+
+    @property
+    def committed(self) -> bool:
+        return self.state in _COMMITTED
 
 
 class HangingError(Exception):
@@ -356,8 +433,11 @@ async def describe_open_transactions(
     return found  # never: the last attempt raises on a partition error
 
 
-async def abort_transactions(client: _Client, open_txns: Iterable[OpenTransaction]) -> None:
-    """Write an ABORT marker for each open transaction (WriteTxnMarkers to its leader).
+async def abort_transactions(
+    client: _Client, open_txns: Iterable[OpenTransaction], *, commit: bool = False
+) -> None:
+    """Write an ABORT marker (``commit``: a COMMIT marker) for each open transaction
+    (WriteTxnMarkers to its leader).
 
     Raises :class:`HangingError` (``denied`` for CLUSTER_AUTHORIZATION_FAILED) on a failed
     partition, after retrying a stale leader a few times."""
@@ -367,7 +447,7 @@ async def abort_transactions(client: _Client, open_txns: Iterable[OpenTransactio
         retry: list[OpenTransaction] = []
         for leader, tps in (await _leaders(client, by_tp)).items():
             txns = [by_tp[tp] for tp in tps]
-            response = await client.send(leader, WriteTxnMarkersRequest(txns))
+            response = await client.send(leader, WriteTxnMarkersRequest(txns, commit=commit))
             for pid, topics, _ in response.markers:
                 for topic, parts, _ in topics:
                     for index, code, _ in parts:
@@ -385,10 +465,27 @@ async def abort_transactions(client: _Client, open_txns: Iterable[OpenTransactio
         await client.force_metadata_update()
 
 
+async def previous_transaction(client: _Client, transactional_id: str) -> Previous | None:
+    """The coordinator's state of ``transactional_id`` (None: it has none). Ask before
+    ``InitProducerId``: a transaction it committed without writing every marker (the same skip,
+    after PrepareCommit) must be committed on the partitions it skipped, not aborted. Needs
+    DESCRIBE on the transactional id."""
+    node = await client.coordinator_lookup(_TRANSACTION_COORDINATOR, transactional_id)
+    response = await client.send(node, DescribeTransactionsRequest([transactional_id]))
+    [(code, _, state, _, _, producer_id, _, _, _)] = response.transaction_states
+    if code == _TRANSACTIONAL_ID_NOT_FOUND:
+        return None
+    if code != _NONE:
+        raise HangingError(
+            f"DescribeTransactions {transactional_id}: {for_code(code).__name__}", code
+        )
+    return Previous(producer_id, state)
+
+
 # ---------------------------------------------------------------------- a task's own
 
 
-async def abort_own_hanging(
+async def end_own_hanging(
     client: _Client,
     *,
     producer_id: int,
@@ -396,11 +493,16 @@ async def abort_own_hanging(
     partitions: Iterable[TopicPartition],
     owner: str,
     bootstrap: str,
+    previous: Previous | None = None,
 ) -> list[OpenTransaction]:
-    """Abort the open transactions of ``producer_id`` on ``partitions``; return them.
+    """End the open transactions of ``producer_id`` on ``partitions``; return them.
 
     Call after ``InitProducerId`` and before the producer writes anything: every transaction of
-    the producer id still open then is hanging. ``owner`` (``worker``/``executor``) labels the
+    the producer id still open then is hanging. It is aborted, unless ``previous`` (read by
+    :func:`previous_transaction` before ``InitProducerId``) says the coordinator committed the
+    last transaction of that producer id: then its skipped partitions get the COMMIT marker the
+    coordinator meant to write. ``previous``'s producer id is looked for too (InitProducerId
+    gives a new one when the epoch runs out). ``owner`` (``worker``/``executor``) labels the
     metric. Without permission (TOPIC_AUTHORIZATION_FAILED on DescribeProducers,
     CLUSTER_AUTHORIZATION_FAILED on WriteTxnMarkers) raises :class:`TransactionHeld`, after one
     error log line per transactional id and hold (not one per retry); the held gauge is set
@@ -411,28 +513,35 @@ async def abort_own_hanging(
             t
             for t in await describe_open_transactions(client, wanted)
             if t.producer_id == producer_id
+            or (previous is not None and t.producer_id == previous.producer_id)
         ]
     except HangingError as exc:
         if not exc.denied:
             raise
         _hold(owner, transactional_id, [], str(exc), bootstrap)
         raise TransactionHeld(transactional_id, [], str(exc)) from exc
-    if open_txns:
+    committed_id = previous.producer_id if previous is not None and previous.committed else None
+    to_commit = [t for t in open_txns if t.producer_id == committed_id]
+    to_abort = [t for t in open_txns if t not in to_commit]
+    for marker, txns in (("abort", to_abort), ("commit", to_commit)):
+        if not txns:
+            continue
         try:
-            await abort_transactions(client, open_txns)
+            await abort_transactions(client, txns, commit=marker == "commit")
         except HangingError as exc:
             if not exc.denied:
                 raise
             _hold(owner, transactional_id, open_txns, str(exc), bootstrap)
             raise TransactionHeld(transactional_id, open_txns, str(exc)) from exc
-        metrics.HANGING_TRANSACTIONS_ABORTED.labels(owner).inc(len(open_txns))
+        metrics.HANGING_TRANSACTIONS_ENDED.labels(owner, marker).inc(len(txns))
         log.warning(
-            "hanging transactions of our producer id aborted",
+            f"hanging transactions of our producer id {_DONE[marker]}",
             extra=fields(
                 transactional_id=transactional_id,
-                producer_id=producer_id,
-                partitions=[f"{t.topic}-{t.partition}" for t in open_txns],
-                start_offsets=[t.start_offset for t in open_txns],
+                producer_id=txns[0].producer_id,
+                partitions=[f"{t.topic}-{t.partition}" for t in txns],
+                start_offsets=[t.start_offset for t in txns],
+                coordinator_state=previous.state if previous is not None else None,
             ),
         )
     _release(transactional_id)

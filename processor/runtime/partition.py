@@ -7,9 +7,10 @@ and partition p of the state changelog. Its life:
     1. close the previous producer of this task, if any;
     2. start a transactional producer with ``transactional.id = f"{application_id}-{p}"``: its
        InitProducerId fences every older producer of that id (a previous owner, a zombie, or
-       our own producer that timed out) and aborts its open transaction; then abort any
+       our own producer that timed out) and aborts its open transaction; then end any
        transaction of its producer id still open on an output partition, which the coordinator
-       completed without a marker there (:mod:`processor.runtime.hanging`). Without the
+       completed without a marker there (:mod:`processor.runtime.hanging`; aborted, or committed
+       when the coordinator's state, read just before, says it committed). Without the
        permission to, the task stays held (``TransactionHeld``): it never commits over one;
     3. restore a fresh Assembler from changelog partition p (:mod:`processor.runtime.restore`),
        or, when this worker owned p until the rebalance that gives it back (aiokafka revokes
@@ -197,6 +198,8 @@ class PartitionTask:
         self.state = TaskState.PREPARING
         self.fragments_paused_until = None  # the worker resumes the partition once ready
         await self.close_producer()
+        # how the coordinator left this id's last transaction, before InitProducerId forgets it
+        previous = await hanging.previous_transaction(consumer._client, self.transactional_id)
         producer = AIOKafkaProducer(
             transactional_id=self.transactional_id,
             partitioner=default_partitioner,
@@ -204,7 +207,7 @@ class PartitionTask:
         )
         try:
             await producer.start()  # InitProducerId: fences older producers of this id
-            await self._abort_hanging(producer)  # before this producer writes anything
+            await self._end_hanging(producer, previous)  # before this producer writes anything
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(producer.stop(), 5)
@@ -274,8 +277,10 @@ class PartitionTask:
         self.clean = True
         return result
 
-    async def _abort_hanging(self, producer: AIOKafkaProducer) -> None:
-        """Abort what the coordinator left open of this producer id on the task's outputs.
+    async def _end_hanging(
+        self, producer: AIOKafkaProducer, previous: hanging.Previous | None
+    ) -> None:
+        """End what the coordinator left open of this producer id on the task's outputs.
 
         ``InitProducerId`` completed the id's previous transaction, but a coordinator that could
         not reach a leader completes an abort without that partition's marker, and our next
@@ -285,13 +290,14 @@ class PartitionTask:
         outputs = sorted({self.topics.output(kind) for kind in OUTPUT_TOPIC.values()})
         partitions = await hanging.partitions_of(producer.client, outputs)
         partitions.append(TopicPartition(self.topics.changelog, self.partition))
-        await hanging.abort_own_hanging(
+        await hanging.end_own_hanging(
             producer.client,
             producer_id=producer._txn_manager.producer_id,
             transactional_id=self.transactional_id,
             partitions=partitions,
             owner="worker",
             bootstrap=self.settings.bootstrap_servers,
+            previous=previous,
         )
 
     def _open_store(self) -> StateStore | None:

@@ -80,7 +80,7 @@ async def test_an_open_transaction_is_described_and_aborted(left_open: Open) -> 
         assert 0 <= (found.age_seconds(time.time()) or -1) < 60
 
         # another producer id's open transactions are not ours to abort
-        mine = await hanging.abort_own_hanging(
+        mine = await hanging.end_own_hanging(
             client,
             producer_id=case.producer_id + 1000,
             transactional_id="someone-else",
@@ -91,7 +91,7 @@ async def test_an_open_transaction_is_described_and_aborted(left_open: Open) -> 
         assert mine == []
         assert await hanging.describe_open_transactions(client, [case.tp]) == [found]
 
-        aborted = await hanging.abort_own_hanging(
+        aborted = await hanging.end_own_hanging(
             client,
             producer_id=case.producer_id,
             transactional_id="left-open",

@@ -28,6 +28,11 @@ The worker must abort the open transaction before its first commit, so ``dispatc
 call's record only. Before the fix, the worker's commit marker made the aborted record visible.
 The same is built for an executor (its transactional id for partition 0, a record left open on
 ``results-0``), which then runs the new call: ``results`` holds its result only.
+
+The other side: on partition 1 the coordinator *committed* such a transaction without
+``dispatch-1``'s marker (the same skip after ``PrepareCommit``). Its record belongs to a
+committed transaction, whose input offsets are committed too, so aborting it would lose it: the
+worker reads the coordinator's state before its ``InitProducerId`` and commits it instead.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -45,6 +51,7 @@ from aiokafka.structs import TopicPartition
 from processor.core.events import Dispatch, encode
 from processor.runtime import hanging
 from processor.runtime.clients import admin_client, discard_producer
+from processor.runtime.partitioner import partition_for
 from processor.runtime.tail import read_records
 from tests.chaos.faults import Broker
 from tests.integration.conftest import Runtime, call_events, free_port, turn_started, wait_until
@@ -54,6 +61,12 @@ pytestmark = pytest.mark.integration
 
 ABORTED_ID = "seed19-aborted-dispatch"
 ABORTED_RESULT = b'{"type": "result", "dispatch_id": "seed19-aborted-result"}'
+COMMITTED_ID = "seed19-committed-dispatch"
+COMMITTED_DISPATCH = orjson.dumps(
+    {"type": "dispatch", "dispatch_id": COMMITTED_ID, "turn_id": "t-c", "call_id": "c"}
+)
+# a turn whose key murmur2 puts on partition 0 of 2: its dispatch and result go there
+TURN = next(f"t-{n}" for n in range(100) if partition_for(f"acme/t-{n}".encode(), 2) == 0)
 
 
 @pytest.mark.timeout(420)
@@ -66,9 +79,10 @@ def test_an_aborted_dispatch_left_open_on_its_partition_never_becomes_visible(
 async def _scenario(tmp_path: Path) -> None:
     broker = Broker(tmp_path / "broker", free_port(), free_port())
     await broker.start()
-    runtime = Runtime(broker.bootstrap, f"s19{uuid.uuid4().hex[:6]}.", tmp_path, 1)
+    runtime = Runtime(broker.bootstrap, f"s19{uuid.uuid4().hex[:6]}.", tmp_path, 2)
     topics = runtime.topics
     dispatch_0 = TopicPartition(topics.dispatch, 0)
+    dispatch_1 = TopicPartition(topics.dispatch, 1)
     try:
         await runtime.create_topics()
         async with admin_client(runtime.settings) as admin:
@@ -91,6 +105,16 @@ async def _scenario(tmp_path: Path) -> None:
             runtime, f"{group}.executor.0", topics.executions, results_0, ABORTED_RESULT
         )
         assert await _open_of(runtime, executor_id, results_0)
+        # partition 1: a transaction the coordinator *committed* without dispatch-1's marker
+        committed_id = await _leave_open_raw(
+            runtime,
+            runtime.settings.transactional_id(1),
+            topics.status,
+            dispatch_1,
+            COMMITTED_DISPATCH,
+            commit=True,
+        )
+        assert await _open_of(runtime, committed_id, dispatch_1)
 
         await broker.kill()  # kill -9, with the transactions open
         await broker.start()
@@ -99,22 +123,34 @@ async def _scenario(tmp_path: Path) -> None:
 
         worker = runtime.start_worker("w1")
         await worker.wait_ready(timeout=120)
-        await runtime.control(turn_started("acme", "t-19"))
-        await runtime.publish(call_events("acme", "t-19", "call_1", '{"city": "Oslo"}'))
+        await runtime.control(turn_started("acme", TURN))
+        await runtime.publish(call_events("acme", TURN, "call_1", '{"city": "Oslo"}'))
 
-        dispatched = await wait_until(runtime.dispatches, timeout=90, what="the new dispatch")
+        async def new_dispatch() -> list[dict[str, Any]] | None:
+            found = await runtime.dispatches()
+            return found if any(d.get("call_id") == "call_1" for d in found) else None
+
+        dispatched = await wait_until(new_dispatch, timeout=90, what="the new dispatch")
+        ids = [d["dispatch_id"] for d in dispatched]
         # the same commit that shows the new record would show the aborted one (one marker)
-        assert [d["dispatch_id"] for d in dispatched if d["dispatch_id"] == ABORTED_ID] == []
-        assert [(d["turn_id"], d["call_id"]) for d in dispatched] == [("t-19", "call_1")]
+        assert ABORTED_ID not in ids
+        # the committed one is kept, once: it was committed, its input offsets with it
+        assert ids.count(COMMITTED_ID) == 1
+        assert [
+            (d["turn_id"], d["call_id"]) for d in dispatched if d["dispatch_id"] != COMMITTED_ID
+        ] == [(TURN, "call_1")]
         assert not await _open_of(runtime, producer_id, dispatch_0)
-        aborted = [
-            r
+        assert not await _open_of(runtime, committed_id, dispatch_1)
+        ended = {
+            r["msg"]: r["partitions"]
             for r in worker.log_records()
-            if r.get("msg") == "hanging transactions of our producer id aborted"
-        ]
-        assert len(aborted) == 1, worker.log()[-3000:]
-        assert aborted[0]["partitions"] == [f"{topics.dispatch}-0"]
-        assert "toolcall_hanging_transactions_aborted_total" in await worker.metrics()
+            if r.get("msg", "").startswith("hanging transactions of our producer id")
+        }
+        assert ended == {
+            "hanging transactions of our producer id aborted": [f"{topics.dispatch}-0"],
+            "hanging transactions of our producer id committed": [f"{topics.dispatch}-1"],
+        }, worker.log()[-3000:]
+        assert "toolcall_hanging_transactions_ended_total" in await worker.metrics()
 
         # an executor runs the call; its commit on results-0 must not show the aborted result
         recorder = Recorder("get_weather")
@@ -122,7 +158,7 @@ async def _scenario(tmp_path: Path) -> None:
             await wait_until(lambda: _results(runtime), timeout=90, what="the call's result")
         values = await _results(runtime)
         assert ABORTED_RESULT not in values
-        assert [orjson.loads(v)["call_id"] for v in values] == ["call_1"]
+        assert [orjson.loads(v)["call_id"] for v in values] == ["call_1"]  # one result
         assert not await _open_of(runtime, executor_id, results_0)
     finally:
         await runtime.close()
@@ -145,7 +181,7 @@ async def _leave_open(runtime: Runtime, dispatch_0: TopicPartition) -> int:
         producer._txn_manager._txn_partitions.add(dispatch_0)
         record = Dispatch(
             tenant="acme",
-            turn_id="t-19",
+            turn_id=TURN,
             response_id="resp-1",
             item_id="call_1",
             call_id="call_1",
@@ -156,7 +192,7 @@ async def _leave_open(runtime: Runtime, dispatch_0: TopicPartition) -> int:
             args_digest="d" * 16,
             actor="user-1",
             provider="test",
-            terminal_event_id="acme.t-19.resp-1.call_1.t",
+            terminal_event_id=f"acme.{TURN}.resp-1.call_1.t",
             ts=1.0,
         )
         await (await producer.send(dispatch_0.topic, encode(record), key=b"acme/t-19", partition=0))
@@ -167,10 +203,17 @@ async def _leave_open(runtime: Runtime, dispatch_0: TopicPartition) -> int:
 
 
 async def _leave_open_raw(
-    runtime: Runtime, transactional_id: str, known: str, hidden: TopicPartition, value: bytes
+    runtime: Runtime,
+    transactional_id: str,
+    known: str,
+    hidden: TopicPartition,
+    value: bytes,
+    *,
+    commit: bool = False,
 ) -> int:
-    """As :func:`_leave_open`, for any transactional id: a record on ``known`` partition 0 that
-    the coordinator knows of, and ``value`` left open on ``hidden``. The producer id."""
+    """As :func:`_leave_open`, for any transactional id: a record on ``known`` (the hidden
+    partition's number) that the coordinator knows of, and ``value`` left open on ``hidden``;
+    the transaction is aborted, or with ``commit`` committed. The producer id."""
     producer = AIOKafkaProducer(
         transactional_id=transactional_id, **runtime.settings.kafka_client_kwargs()
     )
@@ -178,10 +221,14 @@ async def _leave_open_raw(
     try:
         producer_id: int = producer._txn_manager.producer_id
         await producer.begin_transaction()
-        await (await producer.send(known, b"{}", key=b"acme/t-19", partition=0))
+        where = hidden.partition
+        await (await producer.send(known, b"{}", key=b"acme/t-19", partition=where))
         producer._txn_manager._txn_partitions.add(hidden)
-        await (await producer.send(hidden.topic, value, key=b"acme/t-19", partition=0))
-        await producer.abort_transaction()
+        await (await producer.send(hidden.topic, value, key=b"acme/t-19", partition=where))
+        if commit:
+            await producer.commit_transaction()
+        else:
+            await producer.abort_transaction()
         return producer_id
     finally:
         await discard_producer(producer)
