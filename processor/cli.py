@@ -38,6 +38,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "tools": ("processor.mcp.commands", "tool registry files: import from an MCP server"),
     "ctl": ("processor.ops.ctl", "write control events and signed operator commands"),
     "audit": ("processor.ops.audit", "list the audit trail of control and operator commands"),
+    "doctor": ("processor.ops.doctor", "diagnose the deployment (hanging transactions)"),
 }
 DEBUG_HELP: Final = "print the traceback of a failure (also PROCESSOR_LOG_LEVEL=DEBUG)"
 

@@ -72,6 +72,7 @@ from processor.executor.records import (
 )
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
+from processor.runtime import hanging
 from processor.runtime.clients import discard_producer, stop_consumer
 from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
@@ -465,11 +466,13 @@ class ExecutorClient:
                     except _Abandoned:
                         return
                     except Exception as exc:
+                        delay = min(delay * 2, 30.0)
+                        if isinstance(exc, hanging.TransactionHeld):
+                            continue  # logged once by processor.runtime.hanging
                         log.warning(
                             "retrying the take of a dispatch partition",
                             extra=fields(partition=tp.partition, error=type(exc).__name__),
                         )
-                        delay = min(delay * 2, 30.0)
                         continue
                     consumer.resume(tp)
                     return
@@ -534,9 +537,16 @@ class ExecutorClient:
                 consumer.pause(TopicPartition(self.topics.dispatch, owned.partition))
 
     async def _new_producer(self, partition: int) -> AIOKafkaProducer:
+        transactional_id = f"{self.group}.executor.{partition}"
+        consumer = self._consumer  # how the coordinator left the id, before InitProducerId
+        previous = (
+            await hanging.previous_transaction(consumer._client, transactional_id)
+            if consumer is not None
+            else None
+        )
         producer = AIOKafkaProducer(
             **self.settings.kafka_client_kwargs(),
-            transactional_id=f"{self.group}.executor.{partition}",
+            transactional_id=transactional_id,
             enable_idempotence=True,
             acks="all",
             transaction_timeout_ms=self.settings.transaction_timeout_ms,
@@ -544,6 +554,18 @@ class ExecutorClient:
         )
         try:
             await producer.start()  # InitProducerId: fences and completes the previous owner's txn
+            # before it writes anything: what the coordinator completed without a marker on an
+            # output partition (processor.runtime.hanging); TransactionHeld when it may not
+            topics = (self.topics.executions, self.topics.results, self.topics.status)
+            await hanging.end_own_hanging(
+                producer.client,
+                producer_id=producer._txn_manager.producer_id,
+                transactional_id=transactional_id,
+                partitions=await hanging.partitions_of(producer.client, topics),
+                owner="executor",
+                bootstrap=self.settings.bootstrap_servers,
+                previous=previous,
+            )
         except BaseException:
             await discard_producer(producer)
             raise
@@ -934,7 +956,7 @@ class ExecutorClient:
                 except ProducerFenced:
                     owned.lost = True
                     raise _Fenced from None
-                except KafkaError:
+                except (KafkaError, hanging.TransactionHeld):
                     continue
                 continue
             if offset is not None and offset >= (owned.pending_offset or 0):

@@ -145,6 +145,21 @@ RESTORE_FAILURES: Final = Counter(
     "Partition preparations (fence, restore, seek) that failed or timed out and were retried.",
 )
 
+HANGING_TRANSACTIONS_ENDED: Final = Counter(
+    "toolcall_hanging_transactions_ended",
+    "Open transactions of a task's own producer id found on its output partitions after "
+    "InitProducerId and ended (processor.runtime.hanging), by owner (worker, executor) and "
+    "the marker written (abort; commit when the coordinator had committed it).",
+    ["owner", "marker"],
+)
+HANGING_TRANSACTION_HELD: Final = Gauge(
+    "toolcall_hanging_transaction_held",
+    "1 while an output partition holds an open transaction of a task's own producer id that "
+    "the task may not abort (no ClusterAction, or no READ to describe it): the task waits. "
+    'The error log line gives the command that frees it. Topic "unknown": not describable.',
+    ["owner", "topic", "partition"],
+)
+
 # -- publishing (adapters) -----------------------------------------------------------------
 
 PUBLISHED_EVENTS: Final = Counter(

@@ -10,18 +10,24 @@ e.g. ``worker=User:assembler``). Nothing else is granted: a secured broker with
 role               grants
 =================  ==============================================================================
 adapter (gateway)  WRITE fragments, control
-worker             READ fragments, control, changelog; WRITE dispatch, proposals, status, ledger,
+worker             READ fragments, control; READ + WRITE dispatch, proposals, status, ledger,
                    audit, deadletter, changelog; READ group ``group_id``; WRITE + DESCRIBE
-                   transactional ids prefixed ``{application_id}-``
-executor           READ dispatch, control; READ + WRITE executions; WRITE results, status;
-                   READ its group; WRITE + DESCRIBE transactional ids prefixed
-                   ``{group}.executor.``
+                   transactional ids prefixed ``{application_id}-``; CLUSTER_ACTION on the cluster
+executor           READ dispatch, control; READ + WRITE executions, results, status; READ its
+                   group; WRITE + DESCRIBE transactional ids prefixed ``{group}.executor.``;
+                   CLUSTER_ACTION on the cluster
 operator           WRITE control
 auditor            READ audit
 =================  ==============================================================================
 
 WRITE and READ imply DESCRIBE on a topic (metadata), and WRITE on a topic implies the idempotent
 producer's IDEMPOTENT_WRITE (KIP-679), so neither is listed.
+
+READ on the output topics and CLUSTER_ACTION are what a task needs to find and abort a hanging
+transaction of its own producer id (:mod:`processor.runtime.hanging`): DescribeProducers needs
+READ on the topic, WriteTxnMarkers CLUSTER_ACTION on the cluster. CLUSTER_ACTION is the brokers'
+own permission (it also allows writing markers on any partition and fetching as a replica);
+without it a task with such a transaction is held, never committed over.
 
 :func:`format_commands` renders the bindings as ``kafka-acls.sh`` commands; :func:`apply_acls`
 creates them through the Kafka protocol (CreateAcls v1) with an admin client whose principal may
@@ -56,6 +62,7 @@ class ResourceType(IntEnum):
 
     TOPIC = 2
     GROUP = 3
+    CLUSTER = 4
     TRANSACTIONAL_ID = 5
 
 
@@ -70,6 +77,7 @@ class Operation(IntEnum):
     READ = 3
     WRITE = 4
     DESCRIBE = 8
+    CLUSTER_ACTION = 9
 
 
 _ALLOW: Final = 3  # AclPermissionType.ALLOW
@@ -80,6 +88,7 @@ _ANY_HOST: Final = "*"
 _Grant = tuple[ResourceType, PatternType, str, tuple[Operation, ...]]
 _R, _W, _D = Operation.READ, Operation.WRITE, Operation.DESCRIBE
 _T, _G, _X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+_C, _CA = ResourceType.CLUSTER, Operation.CLUSTER_ACTION
 _LIT, _PRE = PatternType.LITERAL, PatternType.PREFIXED
 
 ROLE_GRANTS: Final[Mapping[Role, tuple[_Grant, ...]]] = {
@@ -88,20 +97,22 @@ ROLE_GRANTS: Final[Mapping[Role, tuple[_Grant, ...]]] = {
         (_T, _LIT, "fragments", (_R,)),
         (_T, _LIT, "control", (_R,)),
         (_T, _LIT, "changelog", (_R, _W)),
-        *((_T, _LIT, out, (_W,)) for out in ("dispatch", "proposals", "status", "ledger")),
-        (_T, _LIT, "audit", (_W,)),
-        (_T, _LIT, "deadletter", (_W,)),
+        *((_T, _LIT, out, (_R, _W)) for out in ("dispatch", "proposals", "status", "ledger")),
+        (_T, _LIT, "audit", (_R, _W)),
+        (_T, _LIT, "deadletter", (_R, _W)),
         (_G, _LIT, "worker-group", (_R,)),
         (_X, _PRE, "worker-transactions", (_W, _D)),
+        (_C, _LIT, "cluster", (_CA,)),
     ),
     Role.EXECUTOR: (
         (_T, _LIT, "dispatch", (_R,)),
         (_T, _LIT, "control", (_R,)),
         (_T, _LIT, "executions", (_R, _W)),
-        (_T, _LIT, "results", (_W,)),
-        (_T, _LIT, "status", (_W,)),
+        (_T, _LIT, "results", (_R, _W)),
+        (_T, _LIT, "status", (_R, _W)),
         (_G, _LIT, "executor-group", (_R,)),
         (_X, _PRE, "executor-transactions", (_W, _D)),
+        (_C, _LIT, "cluster", (_CA,)),
     ),
     Role.OPERATOR: ((_T, _LIT, "control", (_W,)),),
     Role.AUDITOR: ((_T, _LIT, "audit", (_R,)),),
@@ -120,13 +131,16 @@ class AclBinding:
 
     def kafka_acls_args(self) -> list[str]:
         """The ``kafka-acls.sh`` arguments that create this binding."""
+        operation = self.operation.name.title().replace("_", "")  # ClusterAction
+        args = ["--add", "--allow-principal", self.principal, "--operation", operation]
+        if self.resource_type is ResourceType.CLUSTER:
+            return [*args, "--cluster"]
         flag = {
             ResourceType.TOPIC: "--topic",
             ResourceType.GROUP: "--group",
             ResourceType.TRANSACTIONAL_ID: "--transactional-id",
         }[self.resource_type]
-        args = ["--add", "--allow-principal", self.principal]
-        args += ["--operation", self.operation.name.capitalize(), flag, self.name]
+        args += [flag, self.name]
         if self.pattern is PatternType.PREFIXED:
             args += ["--resource-pattern-type", "prefixed"]
         return args
@@ -165,6 +179,7 @@ def acl_bindings(
         "worker-transactions": f"{settings.application_id}-",
         "executor-group": executor_group,
         "executor-transactions": f"{executor_group}.executor.",
+        "cluster": "kafka-cluster",  # Kafka's one cluster resource name
     }
     out: list[AclBinding] = []
     for role, principal in principals.items():

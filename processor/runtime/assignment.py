@@ -46,6 +46,7 @@ from aiokafka.structs import TopicPartition
 from processor.core.assembler import Assembler
 from processor.observability import metrics
 from processor.observability.logging import fields
+from processor.runtime.hanging import TransactionHeld
 from processor.runtime.partition import PartitionTask, TaskState
 from processor.settings import Settings
 
@@ -178,6 +179,11 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                 result = await task.prepare(self.consumer)
             except asyncio.CancelledError:
                 raise
+            except TransactionHeld:  # logged once by processor.runtime.hanging
+                metrics.RESTORE_FAILURES.inc()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _RETRY_MAX_S)
+                continue
             except Exception as exc:
                 metrics.RESTORE_FAILURES.inc()
                 log.warning(

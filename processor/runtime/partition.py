@@ -7,7 +7,11 @@ and partition p of the state changelog. Its life:
     1. close the previous producer of this task, if any;
     2. start a transactional producer with ``transactional.id = f"{application_id}-{p}"``: its
        InitProducerId fences every older producer of that id (a previous owner, a zombie, or
-       our own producer that timed out) and aborts its open transaction;
+       our own producer that timed out) and aborts its open transaction; then end any
+       transaction of its producer id still open on an output partition, which the coordinator
+       completed without a marker there (:mod:`processor.runtime.hanging`; aborted, or committed
+       when the coordinator's state, read just before, says it committed). Without the
+       permission to, the task stays held (``TransactionHeld``): it never commits over one;
     3. restore a fresh Assembler from changelog partition p (:mod:`processor.runtime.restore`),
        or, when this worker owned p until the rebalance that gives it back (aiokafka revokes
        everything on every rebalance), keep the Assembler it had and apply only the changelog
@@ -79,6 +83,7 @@ from processor.core.errors import PROCESS_EXCEPTIONS
 from processor.core.events import (
     CONTROL_TYPES,
     FRAGMENT_TYPES,
+    OUTPUT_TOPIC,
     Audit,
     DeadLetter,
     Dispatch,
@@ -88,7 +93,7 @@ from processor.core.events import (
 )
 from processor.observability import tracing
 from processor.observability.logging import fields
-from processor.runtime import collector, transaction
+from processor.runtime import collector, hanging, transaction
 from processor.runtime.codec import (
     encode_change,
     encode_output,
@@ -193,6 +198,8 @@ class PartitionTask:
         self.state = TaskState.PREPARING
         self.fragments_paused_until = None  # the worker resumes the partition once ready
         await self.close_producer()
+        # how the coordinator left this id's last transaction, before InitProducerId forgets it
+        previous = await hanging.previous_transaction(consumer._client, self.transactional_id)
         producer = AIOKafkaProducer(
             transactional_id=self.transactional_id,
             partitioner=default_partitioner,
@@ -200,6 +207,7 @@ class PartitionTask:
         )
         try:
             await producer.start()  # InitProducerId: fences older producers of this id
+            await self._end_hanging(producer, previous)  # before this producer writes anything
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(producer.stop(), 5)
@@ -268,6 +276,29 @@ class PartitionTask:
         self.last_tick = 0.0
         self.clean = True
         return result
+
+    async def _end_hanging(
+        self, producer: AIOKafkaProducer, previous: hanging.Previous | None
+    ) -> None:
+        """End what the coordinator left open of this producer id on the task's outputs.
+
+        ``InitProducerId`` completed the id's previous transaction, but a coordinator that could
+        not reach a leader completes an abort without that partition's marker, and our next
+        commit marker there would make the aborted records visible (:mod:`.hanging`). Every
+        partition of the output topics (records are routed by key) and changelog partition p.
+        Raises :class:`~processor.runtime.hanging.TransactionHeld` when it may not."""
+        outputs = sorted({self.topics.output(kind) for kind in OUTPUT_TOPIC.values()})
+        partitions = await hanging.partitions_of(producer.client, outputs)
+        partitions.append(TopicPartition(self.topics.changelog, self.partition))
+        await hanging.end_own_hanging(
+            producer.client,
+            producer_id=producer._txn_manager.producer_id,
+            transactional_id=self.transactional_id,
+            partitions=partitions,
+            owner="worker",
+            bootstrap=self.settings.bootstrap_servers,
+            previous=previous,
+        )
 
     def _open_store(self) -> StateStore | None:
         """This partition's local store, opened once (None without ``PROCESSOR_STATE_DIR``)."""

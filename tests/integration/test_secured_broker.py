@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     KafkaConnectionError,
@@ -37,9 +38,12 @@ from aiokafka.errors import (
 from processor.cli_errors import ExitCode
 from processor.core.events import encode, turn_key
 from processor.ops import ctl as ctl_cli
+from processor.ops import doctor as doctor_cli
 from processor.ops.signing import Keyring
 from processor.runtime import commands as runtime_cli
-from processor.runtime.acls import Role, acl_bindings
+from processor.runtime.acls import ResourceType, Role, acl_bindings, apply_acls
+from processor.runtime.clients import admin_client, discard_producer
+from processor.runtime.partitioner import partition_for
 from processor.runtime.tail import read_records
 from processor.settings import Settings
 from tests.integration.conftest import (
@@ -268,11 +272,14 @@ async def test_each_principal_is_refused_what_its_acls_do_not_grant(
     # an operator reading dispatch (argument values)
     with pytest.raises(TopicAuthorizationFailedError):
         await consume_once(dep.settings("operator"), topics.dispatch)
-    # an auditor reading the ledger, a worker reading dispatch
+    # an auditor reading the ledger, a worker reading results (it may read what it writes:
+    # DescribeProducers, for its own hanging transactions), an executor reading the ledger
     with pytest.raises(TopicAuthorizationFailedError):
         await consume_once(dep.settings("auditor"), topics.ledger)
     with pytest.raises(TopicAuthorizationFailedError):
-        await consume_once(dep.settings("worker"), topics.dispatch)
+        await consume_once(dep.settings("worker"), topics.results)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await consume_once(dep.settings("executor"), topics.ledger)
     # an adapter joining the assemblers' group, or using their transactional ids
     consumer = AIOKafkaConsumer(
         topics.fragments,
@@ -345,6 +352,7 @@ async def test_unauthenticated_clients_are_refused(secured_broker: SecuredBroker
 
 async def test_refused_credentials_and_acls_are_one_line_exit_77(deployment: Deployment) -> None:
     """A wrong password, and a principal without the ACL, fail as one line (exit 77)."""
+
     def processor(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-W", "always::ResourceWarning", "-m", "processor.cli", *argv],
@@ -354,7 +362,9 @@ async def test_refused_credentials_and_acls_are_one_line_exit_77(deployment: Dep
     wrong = {**deployment.env("worker"), "PROCESSOR_SASL_PASSWORD": "not-the-password"}
     result = await asyncio.to_thread(processor, wrong, "topics", "describe")
     assert result.returncode == ExitCode.NO_PERMISSION, result.stderr
-    assert "rejected the credentials" in result.stderr and "PROCESSOR_SASL_PASSWORD" in result.stderr
+    assert (
+        "rejected the credentials" in result.stderr and "PROCESSOR_SASL_PASSWORD" in result.stderr
+    )
     not_allowed = deployment.env("auditor")  # may read the audit trail, not write control
     result = await asyncio.to_thread(
         processor, not_allowed, "ctl", "start-turn", "--tenant", "t", "--turn", "u", "--actor", "a"
@@ -363,3 +373,140 @@ async def test_refused_credentials_and_acls_are_one_line_exit_77(deployment: Dep
     assert "refused" in result.stderr and "--command-id" in result.stderr
     for noise in ("Traceback", "Unclosed", "ResourceWarning"):
         assert noise not in result.stderr, result.stderr
+
+
+async def test_a_hanging_transaction_holds_a_worker_without_cluster_action(
+    deployment: Deployment,
+) -> None:
+    """Seed 19's open transaction (test_seed19_hanging.py) on the secured broker.
+
+    A principal with the worker's ACLs but not ClusterAction (User:adapter, granted them for
+    this deployment) must not commit over it: partition 0 stays held, with one error line that
+    names the partition and the command that frees it, and the held gauge. ``processor doctor
+    transactions`` (admin) lists it as hanging. The worker role of the table (with
+    ClusterAction) then aborts it itself, and the aborted dispatch never becomes visible.
+    """
+    dep = deployment
+    admin = dep.settings("admin")
+    topics = admin.topics
+    dispatch_0 = TopicPartition(topics.dispatch, 0)
+    (dep.tmp_path / "tools.yaml").write_text(TOOLS_YAML)
+    no_cluster_action = [
+        b
+        for b in acl_bindings(admin, {Role.WORKER: "User:adapter"}, executor_group="unused")
+        if b.resource_type is not ResourceType.CLUSTER
+    ]
+    async with admin_client(admin) as client:
+        await apply_acls(client, no_cluster_action)
+    turn = next(f"t-{n}" for n in range(100) if partition_for(f"acme/t-{n}".encode(), 2) == 0)
+    await _verification(admin, enabled=False)
+    env = {
+        "PROCESSOR_TOOLS_FILE": str(dep.tmp_path / "tools.yaml"),
+        "PROCESSOR_SESSION_TIMEOUT_MS": "6000",
+        "PROCESSOR_TRANSACTION_TIMEOUT_MS": "5000",
+        "PROCESSOR_COMMIT_TIMEOUT_SECONDS": "4",
+        "PROCESSOR_POLL_TIMEOUT_MS": "100",
+    }
+    held = WorkerProcess("held-worker", dep.env("adapter") | env, dep.tmp_path / "held.log")
+    worker: WorkerProcess | None = None
+    try:
+        await _leave_open(admin, dispatch_0, turn)
+        await produce_turn(dep.settings("adapter"), turn)
+
+        def held_lines() -> list[dict[str, Any]]:
+            return [r for r in held.log_records() if r.get("msg", "").startswith("partition held")]
+
+        [line] = await wait_until(
+            lambda: asyncio.sleep(0, held_lines()), timeout=90, what="the held line"
+        )
+        assert line["partitions"] == [f"{topics.dispatch}-0"]
+        assert "ClusterAuthorizationFailedError" in line["error"]
+        assert (
+            f"kafka-transactions.sh --bootstrap-server {admin.bootstrap_servers} abort "
+            f"--topic {topics.dispatch} --partition 0 --start-offset 0"
+        ) in line["command"]
+        gauge = (
+            f'toolcall_hanging_transaction_held{{owner="worker",partition="0",'
+            f'topic="{topics.dispatch}"}} 1.0'
+        )
+        await wait_until(
+            lambda: _contains(held.metrics(), gauge), timeout=30, what="the held gauge"
+        )
+        await asyncio.sleep(8)  # held through retries: no commit, one line
+        assert len(held_lines()) == 1
+        assert (await held.readiness()).get("ready") == [1]
+        assert [r async for r in read_records(admin, topics.dispatch)] == []
+
+        code, out, err = await run_cli(
+            doctor_cli, ["doctor", "transactions", "--older-than", "0"], dep.env("admin")
+        )
+        assert code == 1, out + err
+        assert f"HANGING  {topics.dispatch}-0" in out
+    finally:
+        held.terminate()
+        await held.wait_exit(timeout=30)
+        held.close()
+    try:
+        worker = WorkerProcess("worker", dep.env("worker") | env, dep.tmp_path / "worker.log")
+        await worker.wait_ready(timeout=90)
+
+        async def dispatched() -> list[dict[str, Any]]:
+            return [orjson.loads(r.value) async for r in read_records(admin, topics.dispatch)]
+
+        records = await wait_until(dispatched, timeout=60, what="the turn dispatched")
+        assert [(r["turn_id"], r["dispatch_id"] == "aborted") for r in records] == [(turn, False)]
+        assert "hanging transactions of our producer id aborted" in worker.log()
+    finally:
+        if worker is not None:
+            worker.terminate()
+            await worker.wait_exit(timeout=30)
+            worker.close()
+        await _verification(admin, enabled=True)
+
+
+async def _contains(text: Any, wanted: str) -> bool:
+    return wanted in await text
+
+
+async def produce_turn(adapter: Settings, turn: str) -> None:
+    producer = AIOKafkaProducer(enable_idempotence=True, **adapter.kafka_client_kwargs())
+    await producer.start()
+    try:
+        key = turn_key("acme", turn).encode()
+        await producer.send_and_wait(
+            adapter.topics.control, encode(turn_started("acme", turn)), key=key
+        )
+        for frag in call_events("acme", turn, "call_0", '{"city": "Oslo"}'):
+            await producer.send_and_wait(adapter.topics.fragments, encode(frag), key=key)
+    finally:
+        await producer.stop()
+
+
+async def _verification(admin: Settings, *, enabled: bool) -> None:
+    """KIP-890's partition verification, off while the test leaves a transaction open on a
+    partition its coordinator does not know of (on by default; this broker is the tests' own)."""
+    value = "true" if enabled else "false"
+    async with admin_client(admin) as client:
+        resource = ConfigResource(
+            ConfigResourceType.BROKER, "1", {"transaction.partition.verification.enable": value}
+        )
+        for response in await client.alter_configs([resource]):
+            assert all(code == 0 for code, *_ in response.resources), response
+
+
+async def _leave_open(admin: Settings, tp: TopicPartition, turn: str) -> None:
+    """Seed 19's state: a transaction of the worker's producer id for partition 0, completed
+    as aborted by its coordinator, left open on ``tp`` with a dispatch record in it."""
+    producer = AIOKafkaProducer(
+        transactional_id=admin.transactional_id(0), **admin.kafka_client_kwargs()
+    )
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        await (await producer.send(admin.topics.status, b"{}", partition=0))
+        producer._txn_manager._txn_partitions.add(tp)  # never added on the coordinator
+        value = orjson.dumps({"type": "dispatch", "turn_id": turn, "dispatch_id": "aborted"})
+        await (await producer.send(tp.topic, value, partition=0))
+        await producer.abort_transaction()
+    finally:
+        await discard_producer(producer)

@@ -32,15 +32,20 @@ def test_each_role_gets_exactly_the_readme_table() -> None:
     worker = grants(Role.WORKER)
     reads = {n for t, _, n, op in worker if t == "TOPIC" and op == "READ"}
     writes = {n for t, _, n, op in worker if t == "TOPIC" and op == "WRITE"}
-    assert reads == {"p.fragments", "p.control", "p.assembler-changelog"}
-    assert writes == {f"p.{t}" for t in ("dispatch", "proposals", "status", "ledger", "audit",
-                                          "deadletter", "assembler-changelog")}  # fmt: skip
+    outputs = {f"p.{t}" for t in ("dispatch", "proposals", "status", "ledger", "audit",
+                                  "deadletter", "assembler-changelog")}  # fmt: skip
+    # READ on what it writes: DescribeProducers, to find its own hanging transactions
+    assert reads == {"p.fragments", "p.control"} | outputs
+    assert writes == outputs
+    # WriteTxnMarkers, to abort them
+    assert ("CLUSTER", "LITERAL", "kafka-cluster", "CLUSTER_ACTION") in worker
     assert ("GROUP", "LITERAL", "g", "READ") in worker
     assert {("TRANSACTIONAL_ID", "PREFIXED", "app-", op) for op in ("WRITE", "DESCRIBE")} <= worker
     executor = grants(Role.EXECUTOR)
     assert {n for t, _, n, op in executor if t == "TOPIC" and op == "READ"} == {
-        "p.dispatch", "p.control", "p.executions",
+        "p.dispatch", "p.control", "p.executions", "p.results", "p.status",
     }  # fmt: skip
+    assert ("CLUSTER", "LITERAL", "kafka-cluster", "CLUSTER_ACTION") in executor
     assert {n for t, _, n, op in executor if t == "TOPIC" and op == "WRITE"} == {
         "p.executions", "p.results", "p.status",
     }  # fmt: skip
@@ -63,6 +68,10 @@ def test_commands_are_kafka_acls_lines() -> None:
     assert (
         "kafka-acls.sh --bootstrap-server b:9092 --add --allow-principal User:assembler "
         "--operation Write --transactional-id app- --resource-pattern-type prefixed"
+    ) in lines
+    assert (
+        "kafka-acls.sh --bootstrap-server b:9092 --add --allow-principal User:assembler "
+        "--operation ClusterAction --cluster"
     ) in lines
     assert all(line.startswith("kafka-acls.sh --bootstrap-server b:9092 --add ") for line in lines)
 
