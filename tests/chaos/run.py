@@ -164,8 +164,8 @@ async def run(options: Options) -> Report:
             worker_faults,
             driver.cancels,
             executions.status_ids if executions is not None else frozenset(),
+            proposal_timeouts=driver.proposal_timeouts,
         )
-        verdict.proposals_missing = len(driver.proposal_timeouts)
     finally:
         await asyncio.gather(cluster.close(), members.close())
         if options.keep:
