@@ -29,7 +29,9 @@ For every call of the plan (see :class:`~tests.chaos.workload.Expect`):
   a schema-breaking one ``schema_invalid``, an open-ended one stays without an entry).
 
 Recovery per fault: the longest wait, over the partitions that dispatched anything after the
-fault, from the fault to that partition's first dispatch record after it (record timestamps).
+fault, from the fault to that partition's first dispatch record after it (record timestamps);
+and ``after_back_seconds``, the same wait counted from the moment the faulted part was running
+again (for a broker: answering), so a restart's own length is told apart from the processor's.
 """
 
 from __future__ import annotations
@@ -101,9 +103,13 @@ class Verdict:
 
     def summary(self) -> dict[str, Any]:
         worst: dict[str, float] = {}
+        worst_back: dict[str, float] = {}
         for r in self.recovery:
             if r["seconds"] is not None:
                 worst[r["kind"]] = max(worst.get(r["kind"], 0.0), r["seconds"])
+            if r.get("after_back_seconds") is not None:
+                back = r["after_back_seconds"]
+                worst_back[r["kind"]] = max(worst_back.get(r["kind"], 0.0), back)
         return {
             "calls": self.calls,
             "must_dispatch": self.must_dispatch,
@@ -121,6 +127,7 @@ class Verdict:
             "proposals_missing": self.proposals_missing,
             "duplicate_dispatch_ids": self.duplicate_dispatch_ids,
             "max_recovery_seconds": {k: round(v, 1) for k, v in sorted(worst.items())},
+            "max_after_back_seconds": {k: round(v, 1) for k, v in sorted(worst_back.items())},
             "examples": {
                 "lost": self.lost[:5],
                 "duplicated": self.duplicated[:5],
@@ -296,6 +303,11 @@ def recovery(
             for times in by_partition.values()
             if times and times[-1] > fault.happened_at
         ]
+        back = [
+            next(t for t in times if t > fault.back_at) - fault.back_at
+            for times in by_partition.values()
+            if times and times[-1] > fault.back_at
+        ]
         out.append(
             {
                 "kind": str(fault.kind),
@@ -303,6 +315,7 @@ def recovery(
                 "at": round(fault.at, 1),
                 "seconds": round(max(waits), 2) if waits else None,
                 "down_seconds": round(fault.back_at - fault.happened_at, 1),
+                "after_back_seconds": round(max(back), 2) if back else None,
             }
         )
     return out

@@ -22,7 +22,7 @@ from tests.chaos.executors import (
     check_executions,
     settle_executions,
 )
-from tests.chaos.faults import Broker, Cluster, Fault, FaultKind, schedule
+from tests.chaos.faults import WORKER_KINDS, Broker, Cluster, Fault, FaultKind, schedule
 from tests.chaos.workload import BOOKING_TOOL_YAML, Driver, Expect, Plan
 from tests.integration.conftest import Runtime
 
@@ -42,12 +42,11 @@ class Options:
     workers: int = 2
     partitions: int = 6
     faults: int = 7
-    kinds: list[FaultKind] = field(
-        default_factory=lambda: [FaultKind.KILL, FaultKind.STOP, FaultKind.TERM]
-    )
+    kinds: list[FaultKind] = field(default_factory=lambda: list(WORKER_KINDS))
     bootstrap: str | None = None  # the shared broker; None: start one of the run's own
     workdir: Path = Path("/tmp/chaos")
-    broker_port: int = 19292
+    broker_port: int = 19292  # client ports from here; controller ports after them
+    brokers: int = 1  # brokers of the run's own: 1, or a cluster (scripts/kafka-local --nodes)
     settle_seconds: float = 180.0  # after the load: how long the calls may take to drain
     keep: bool = False  # keep the topics (and the broker's data dir) to inspect a failed run
     worker_env: dict[str, str] = field(default_factory=dict)  # more PROCESSOR_* for workers
@@ -76,11 +75,14 @@ class Report:
     def as_json(self) -> dict[str, Any]:
         return {
             "seed": self.options.seed,
+            "brokers": self.options.brokers if self.options.bootstrap is None else "shared",
             "turns": self.options.turns,
             "workers": self.options.workers,
             "partitions": self.options.partitions,
             "faults": [
-                f"{f.kind}@{f.at:.0f}s" + ("" if f.role == "worker" else f" ({f.role})")
+                f"{f.kind}@{f.at:.0f}s"
+                + ("" if f.role == "worker" else f" ({f.role})")
+                + (f" [{f.worker}]" if f.kind.on_broker else "")
                 for f in self.faults
             ],
             "fates": self.fates,
@@ -99,12 +101,15 @@ async def run(options: Options) -> Report:
     options.workdir.mkdir(parents=True, exist_ok=True)
     broker: Broker | None = None
     if options.bootstrap is None:
-        broker = Broker(options.workdir / "broker", options.broker_port, options.broker_port + 1)
+        ports = options.broker_port, options.broker_port + options.brokers
+        broker = Broker(options.workdir / "broker", *ports, nodes=options.brokers)
         await broker.start()
         bootstrap = broker.bootstrap
     else:
         bootstrap = options.bootstrap
-        assert FaultKind.BROKER not in options.kinds, "never kill the shared broker"
+        assert not any(k.on_broker for k in options.kinds), "never fault the shared broker"
+    if options.brokers < 3:
+        assert not any(k.needs_cluster for k in options.kinds), "these faults need 3 brokers"
     prefix = f"chaos{options.seed}x{uuid.uuid4().hex[:6]}."
     runtime = Runtime(bootstrap, prefix, options.workdir, options.partitions)
     with (options.workdir / "tools.yaml").open("a") as tools:
