@@ -32,6 +32,7 @@ Recovery per fault: the longest wait, over the partitions that dispatched anythi
 fault, from the fault to that partition's first dispatch record after it (record timestamps);
 and ``after_back_seconds``, the same wait counted from the moment the faulted part was running
 again (for a broker: answering), so a restart's own length is told apart from the processor's.
+A fault during which another one began is marked ``overlapped`` and left out of the maxima.
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ class Verdict:
         worst: dict[str, float] = {}
         worst_back: dict[str, float] = {}
         for r in self.recovery:
+            if r.get("overlapped"):
+                continue
             if r["seconds"] is not None:
                 worst[r["kind"]] = max(worst.get(r["kind"], 0.0), r["seconds"])
             if r.get("after_back_seconds") is not None:
@@ -297,6 +300,7 @@ def recovery(
     for times in by_partition.values():
         times.sort()
     out = []
+    starts = sorted(f.happened_at for f in faults)
     for fault in faults:
         waits = [
             next(t for t in times if t > fault.happened_at) - fault.happened_at
@@ -316,6 +320,11 @@ def recovery(
                 "seconds": round(max(waits), 2) if waits else None,
                 "down_seconds": round(fault.back_at - fault.happened_at, 1),
                 "after_back_seconds": round(max(back), 2) if back else None,
+                # another fault began before this one's recovery ended: its time is both's
+                "overlapped": any(
+                    fault.happened_at < t < fault.happened_at + max(waits, default=0.0)
+                    for t in starts
+                ),
             }
         )
     return out
