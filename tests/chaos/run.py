@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from processor.runtime.clients import admin_client
+from processor.settings import Settings
 from tests.chaos.checker import Verdict, check, read_topic
 from tests.chaos.executors import (
     ExecutionVerdict,
@@ -67,6 +71,8 @@ class Report:
     fates: dict[str, int]
     prefix: str = ""
     executions: ExecutionVerdict | None = None
+    # topic → (replicas, min.insync.replicas) at the end: the run's topics and the internal ones
+    replication: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -93,6 +99,7 @@ class Report:
             "recovery": self.verdict.recovery,
             "ledger_reasons": self.verdict.ledger_reasons,
             "executions": None if self.executions is None else self.executions.summary(),
+            "replication": self.replication,
         }
 
 
@@ -163,6 +170,7 @@ async def run(options: Options) -> Report:
                 runtime.settings, executors.effects, executors.group
             )
         worker_faults = [f for f in faults if f.role == "worker"]
+        replication = await _replication(runtime.settings)
         verdict = await check(
             runtime.settings,
             plan,
@@ -184,8 +192,37 @@ async def run(options: Options) -> Report:
     for turn in plan.turns:
         fates[turn.fate] = fates.get(turn.fate, 0) + 1
     return Report(
-        options, verdict, faults, exits, time.monotonic() - started, fates, prefix, executions
+        options,
+        verdict,
+        faults,
+        exits,
+        time.monotonic() - started,
+        fates,
+        prefix,
+        executions,
+        replication,
     )
+
+
+async def _replication(settings: Settings) -> dict[str, tuple[int, str]]:
+    """(replicas, min.insync.replicas) of the run's topics and the internal ones that exist."""
+    names = [*settings.topics.all().values(), "__consumer_offsets", "__transaction_state"]
+    async with admin_client(settings) as admin:
+        described = [t for t in await admin.describe_topics(names) if t["partitions"]]
+        key = "min.insync.replicas"
+        resources = [
+            ConfigResource(ConfigResourceType.TOPIC, t["topic"], {key: None}) for t in described
+        ]
+        isr: dict[str, str] = {}
+        for response in await admin.describe_configs(resources):
+            for _code, _msg, _type, name, entries in response.resources:
+                for entry in entries:
+                    if entry[0] == key:
+                        isr[name] = entry[1]
+    return {
+        t["topic"]: (min(len(p["replicas"]) for p in t["partitions"]), isr.get(t["topic"], "?"))
+        for t in described
+    }
 
 
 async def _settle(runtime: Runtime, plan: Plan, timeout: float) -> None:

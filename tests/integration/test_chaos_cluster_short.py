@@ -68,3 +68,8 @@ def test_three_brokers_survive_a_leader_kill_and_a_zombie_broker(tmp_path: Path)
     # the group dispatched again after every fault
     assert all(r["seconds"] is not None for r in report.verdict.recovery), report.verdict.recovery
     assert report.unexpected_exits == []
+    # every topic of the run, and the offsets and transaction state topics: 3 replicas, 2 in sync
+    assert "__transaction_state" in report.replication, report.replication
+    assert "__consumer_offsets" in report.replication, report.replication
+    assert len(report.replication) == 13, report.replication
+    assert set(report.replication.values()) == {(3, "2")}, report.replication
