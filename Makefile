@@ -76,12 +76,20 @@ fuzz: $(STAMP)
 ## Long chaos runs: each seed starts a broker of its own, 2,000 turns over 150 s, 7 faults
 ## (SIGKILL, SIGTERM, SIGSTOP of workers, kill -9 of the broker), and an executor group of
 ## CHAOS_EXECUTORS members with CHAOS_EXECUTOR_FAULTS faults of its own. Short runs: `make test`.
+## BROKERS=3: a three-node KRaft cluster of its own per seed, and the cluster's faults too (kill -9
+## of the busiest leader and of the active controller, a zombie broker, a rolling restart, a
+## whole-cluster kill -9) over CHAOS_FAULTS faults and a longer load (CHAOS_DURATION: the cluster's
+## faults take a minute or more each, applied one after another).
 SEEDS ?= 1 2 3 4 5 21
 CHAOS_DIR ?= /tmp/chaos
 CHAOS_EXECUTORS ?= 2
 CHAOS_EXECUTOR_FAULTS ?= 5
+BROKERS ?= 1
+CHAOS_FAULTS ?= $(if $(filter 1,$(BROKERS)),7,8)
+CHAOS_DURATION ?= $(if $(filter 1,$(BROKERS)),150,420)
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos --seed $(SEEDS) --workdir $(CHAOS_DIR) --json $(CHAOS_DIR)/runs.jsonl \
+	  --brokers $(BROKERS) --faults $(CHAOS_FAULTS) --duration $(CHAOS_DURATION) \
 	  --executors $(CHAOS_EXECUTORS) --executor-faults $(CHAOS_EXECUTOR_FAULTS)
 
 kafka-start:

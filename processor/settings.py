@@ -156,7 +156,10 @@ class Settings(BaseSettings):
     # -- topics ----------------------------------------------------------------------------
     topic_prefix: str = "toolcalls."
     partitions: int = Field(default=6, gt=0)
-    replication_factor: int = Field(default=1, gt=0)  # use 3 in production
+    # None (the default): chosen from the cluster by `topics create` (processor.runtime.topics):
+    # 3 when it has three or more brokers, else its broker count
+    replication_factor: int | None = Field(default=None, gt=0)
+    # None: 2 for topics of replication 3 or more, else the broker's default
     min_insync_replicas: int | None = Field(default=None, gt=0)
     input_retention_ms: int = 7 * _DAY_MS  # fragments and control
     output_retention_ms: int = 7 * _DAY_MS  # dispatch, proposals, status

@@ -32,6 +32,12 @@ an existing topic; it reports a count mismatch as an error.
 the executor's fence verifies operator commands as of that time, so producer clocks cannot move
 it. Only topics created by ``topics create`` get it; alter an existing ``control`` with
 ``kafka-configs --alter --add-config message.timestamp.type=LogAppendTime``.
+
+Replication (:func:`replication`): unless the settings (or ``--replication-factor``) name one,
+new topics get replication factor 3 on a cluster of three or more brokers, else one replica per
+broker; topics of replication 3 or more get ``min.insync.replicas=2`` unless the settings name
+another, so one broker may fail without stopping writes and an acknowledged write (``acks=all``)
+is on two brokers. Below 3 replicas the broker's own ``min.insync.replicas`` applies.
 """
 
 from __future__ import annotations
@@ -114,16 +120,40 @@ class TopicState:
         return self.partitions is not None
 
 
-def topic_specs(
-    settings: Settings, *, partitions: int | None = None, replication_factor: int | None = None
-) -> list[TopicSpec]:
-    """The wanted topics, in role order."""
-    n = partitions or settings.partitions
+DEFAULT_REPLICATION: Final = 3
+"""The replication factor of new topics on a cluster with this many brokers or more."""
+DEFAULT_MIN_INSYNC: Final = 2
+"""``min.insync.replicas`` of new topics of replication :data:`DEFAULT_REPLICATION` or more."""
+
+
+def replication(
+    settings: Settings, brokers: int | None, replication_factor: int | None = None
+) -> tuple[int, int | None]:
+    """(replication factor, min.insync.replicas or None for the broker's default) of new topics
+    on a cluster of ``brokers`` brokers (None: unknown, one assumed)."""
     rf = replication_factor or settings.replication_factor
+    if rf is None:
+        rf = min(DEFAULT_REPLICATION, max(1, brokers or 1))
+    isr = settings.min_insync_replicas
+    if isr is None and rf >= DEFAULT_REPLICATION:
+        isr = DEFAULT_MIN_INSYNC
+    return rf, isr
+
+
+def topic_specs(
+    settings: Settings,
+    *,
+    partitions: int | None = None,
+    replication_factor: int | None = None,
+    brokers: int | None = None,
+) -> list[TopicSpec]:
+    """The wanted topics, in role order, on a cluster of ``brokers`` brokers."""
+    n = partitions or settings.partitions
+    rf, isr = replication(settings, brokers, replication_factor)
     s = settings
     common: dict[str, str] = {}
-    if s.min_insync_replicas is not None:
-        common["min.insync.replicas"] = str(s.min_insync_replicas)
+    if isr is not None:
+        common["min.insync.replicas"] = str(isr)
     big = {"max.message.bytes": str(s.max_message_bytes)}
 
     def delete(retention_ms: int, **extra: str) -> dict[str, str]:
@@ -218,7 +248,13 @@ async def create_topics(
     timeout: float = 30.0,
 ) -> dict[str, str]:
     """Create the missing topics; name → ``created`` or ``exists``. Checks co-partitioning."""
-    specs = topic_specs(settings, partitions=partitions, replication_factor=replication_factor)
+    cluster = await admin.describe_cluster()
+    specs = topic_specs(
+        settings,
+        partitions=partitions,
+        replication_factor=replication_factor,
+        brokers=len(cluster.get("brokers") or ()),
+    )
     before = await describe_topics(settings, admin)
     counts = {s.role: before[s.role].partitions or s.partitions for s in specs}
     if not before["executions"].exists and before["dispatch"].exists:

@@ -6,7 +6,12 @@
 A long run starts a broker of its own (``scripts/kafka-local`` in ``--workdir``, ports
 ``--broker-port`` and the next one) so that broker faults never touch another broker, and applies
 every fault kind: SIGKILL, SIGTERM, SIGSTOP past the session and transaction timeouts (a zombie),
-and ``kill -9`` of the broker. ``--executors N`` adds an executor group of N members running
+and ``kill -9`` of the broker. ``--brokers 3`` runs a three-node KRaft cluster of its own instead
+(client ports ``--broker-port`` .. +2, controller ports the next three; topics get replication 3
+and ``min.insync.replicas=2``) and adds the cluster's faults: ``kill -9`` of the broker leading
+the most dispatch/fragments/changelog partitions, of the active controller, a zombie broker
+(SIGSTOP past the broker session and replica lag timeouts), a rolling restart; ``broker`` then
+kills every broker at once (:mod:`tests.chaos.faults`). ``--executors N`` adds an executor group of N members running
 every tool, with ``--executor-faults`` SIGKILL/SIGTERM/SIGSTOP faults of its own
 (:mod:`tests.chaos.executors`). Exit status 1 when any run lost, duplicated or dispatched
 unsafely, or an executor ran a dispatch twice, left one unreported or reported it wrongly.
@@ -22,16 +27,20 @@ import signal
 import sys
 from pathlib import Path
 
-from tests.chaos.faults import FaultKind
+from tests.chaos.faults import FaultKind, default_kinds
 from tests.chaos.run import Options, Report, run
 
 
 def _row(report: Report) -> str:
     v = report.verdict.summary()
-    worst = v["max_recovery_seconds"]
-    kinds = ", ".join(f"{k} {s:.1f}" for k, s in worst.items())
+    worst, back = v["max_recovery_seconds"], v["max_after_back_seconds"]
+    kinds = ", ".join(
+        f"{k} {s:.1f}" + (f" ({back[k]:.1f} after back)" if k in back else "")
+        for k, s in worst.items()
+    )
     return (
-        f"| {report.options.seed} | {report.options.turns} | {len(report.faults)} "
+        f"| {report.options.seed} | {report.options.brokers} | {report.options.turns} | "
+        f"{len(report.faults)} "
         f"({', '.join(sorted({str(f.kind) for f in report.faults}))}) | {v['calls']} | "
         f"{v['must_dispatch']} | {v['lost']} | {v['duplicated']} | {v['unsafe']} | "
         f"{v['wrong_arguments']} | {v['expired']} | {kinds} | {report.seconds:.0f} |"
@@ -46,7 +55,7 @@ def _executions_row(report: Report) -> str:
     outcomes = ", ".join(f"{k} {n}" for k, n in sorted(v["outcomes"].items()))
     return (
         f"| {report.options.seed}, executors{' (mcp)' if report.options.executors_mcp else ''} "
-        f"| {report.options.executors} members | "
+        f"| | {report.options.executors} members | "
         f"{len(faults)} ({', '.join(sorted({str(f.kind) for f in faults}))}) | "
         f"{v['dispatched']} dispatched | {outcomes} | executed twice {v['executed_twice']} | "
         f"unreported {v['unreported']} | outcome wrong {v['outcome_wrong']} | "
@@ -67,10 +76,23 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=7)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=6)
-    parser.add_argument("--kinds", default="kill,stop,term,broker")
+    parser.add_argument(
+        "--kinds",
+        default=None,
+        help="comma-separated fault kinds (default: every kind the topology takes: "
+        "kill,stop,term,broker; with --brokers 3 also leader,controller,zombie,rolling)",
+    )
     parser.add_argument("--bootstrap", default=None, help="use this broker (no broker faults)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/chaos"))
-    parser.add_argument("--broker-port", type=int, default=19292)
+    parser.add_argument(
+        "--broker-port",
+        type=int,
+        default=19292,
+        help="first client port of the run's brokers; controller ports follow them",
+    )
+    parser.add_argument(
+        "--brokers", type=int, default=1, help="brokers of the run's own (3: a KRaft cluster)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="append each report here")
     parser.add_argument("--keep", action="store_true", help="keep topics and broker data")
     parser.add_argument(
@@ -92,7 +114,10 @@ def main() -> int:
         help="the executors run `executor mcp` (handler: tools/call on an MCP server)",
     )
     args = parser.parse_args()
-    kinds = [FaultKind(k) for k in args.kinds.split(",") if k]
+    if args.kinds is None:
+        kinds = default_kinds(args.brokers) if args.bootstrap is None else default_kinds(0)[:3]
+    else:
+        kinds = [FaultKind(k) for k in args.kinds.split(",") if k]
     failed = False
     rows = []
     for seed in args.seed:
@@ -109,6 +134,7 @@ def main() -> int:
             bootstrap=args.bootstrap,
             workdir=workdir,
             broker_port=args.broker_port,
+            brokers=args.brokers,
             keep=args.keep,
             worker_env=dict(item.split("=", 1) for item in args.worker_env),
             executors=args.executors,
@@ -126,10 +152,10 @@ def main() -> int:
         if report.executions is not None:
             rows.append(_executions_row(report))
     print(
-        "| seed | turns | faults | calls | must act | lost | duplicated | unsafe | wrong args "
+        "| seed | brokers | turns | faults | calls | must act | lost | duplicated | unsafe | wrong args "
         "| expired | max recovery s | run s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 1 if failed else 0
 

@@ -7,8 +7,12 @@ For every call of the plan (see :class:`~tests.chaos.workload.Expect`):
 * **unsafe**: a call that must never act was dispatched (cancelled before its terminal or its
   response end, truncated, schema-invalid).
 * **wrong_arguments**: dispatched arguments differ from the generated ones.
-* **expired**: a late-bound call a fault delayed past the binding wait (ledger says so); it is
-  inert, never dispatched, and counted apart from *lost*.
+* **expired**: a call of a ``late_binding`` turn whose ``turn.started`` really reached the log
+  later than the worker's binding wait after its stream (the driver's clock says the bind was
+  acknowledged more than ``binding_wait`` seconds after the stream's write began), and whose
+  ledger ends ``permission_denied``: inert, never dispatched, counted apart from *lost*. Any
+  other call that had to dispatch and did not is *lost*, whatever its ledger says and whatever
+  faults the run had: a worker that forgot a turn's binding in a restore is caught.
 * **ledger_mismatch**: the ledger's ``dispatched`` entries and the dispatch records disagree
   (they are written in one transaction).
 * **cancels_unaudited**: a cancellation the gateway wrote that has no ``applied`` audit record.
@@ -16,13 +20,19 @@ For every call of the plan (see :class:`~tests.chaos.workload.Expect`):
   ``failed``; several records of one call must agree) does not say what its ledger entry says,
   or a terminal status without a ledger entry: what the user is told must be what happened.
 * **proposals_missing**: a call that needs confirmation whose proposal the gateway never saw
-  (so it could not be confirmed: a lost proposal).
+  (the driver's wait timed out: it could not be confirmed), or whose proposal the driver saw
+  (its turn was acknowledged) but the ``proposals`` topic no longer holds (a lost record).
+* **duplicate_dispatch_ids**: dispatch ids that occur on ``dispatch`` more than once (reported;
+  any such call is also *duplicated*).
 * **wrong_reason**: a call of a fully acknowledged turn whose last ledger entry is not the one its
   fate implies (a cancelled call must end ``user_stop``, a cut one ``incomplete`` or never open,
   a schema-breaking one ``schema_invalid``, an open-ended one stays without an entry).
 
 Recovery per fault: the longest wait, over the partitions that dispatched anything after the
-fault, from the fault to that partition's first dispatch record after it (record timestamps).
+fault, from the fault to that partition's first dispatch record after it (record timestamps);
+and ``after_back_seconds``, the same wait counted from the moment the faulted part was running
+again (for a broker: answering), so a restart's own length is told apart from the processor's.
+A fault during which another one began is marked ``overlapped`` and left out of the maxima.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from typing import Any
 
 import orjson
 
+from processor.core.policy import Limits
 from processor.runtime.tail import read_records
 from processor.settings import Settings
 from tests.chaos.faults import Fault
@@ -71,6 +82,7 @@ class Verdict:
     wrong_reason: list[tuple[CallKey, str, str]] = field(default_factory=list)
     status_mismatch: list[tuple[CallKey, str, list[str]]] = field(default_factory=list)
     proposals_missing: int = 0
+    duplicate_dispatch_ids: int = 0
     details: list[dict[str, Any]] = field(default_factory=list)  # forensics of each duplicate
     indeterminate: int = 0
     ledger_reasons: dict[str, int] = field(default_factory=dict)
@@ -92,9 +104,15 @@ class Verdict:
 
     def summary(self) -> dict[str, Any]:
         worst: dict[str, float] = {}
+        worst_back: dict[str, float] = {}
         for r in self.recovery:
+            if r.get("overlapped"):
+                continue
             if r["seconds"] is not None:
                 worst[r["kind"]] = max(worst.get(r["kind"], 0.0), r["seconds"])
+            if r.get("after_back_seconds") is not None:
+                back = r["after_back_seconds"]
+                worst_back[r["kind"]] = max(worst_back.get(r["kind"], 0.0), back)
         return {
             "calls": self.calls,
             "must_dispatch": self.must_dispatch,
@@ -110,7 +128,9 @@ class Verdict:
             "wrong_reason": len(self.wrong_reason),
             "status_mismatch": len(self.status_mismatch),
             "proposals_missing": self.proposals_missing,
+            "duplicate_dispatch_ids": self.duplicate_dispatch_ids,
             "max_recovery_seconds": {k: round(v, 1) for k, v in sorted(worst.items())},
+            "max_after_back_seconds": {k: round(v, 1) for k, v in sorted(worst_back.items())},
             "examples": {
                 "lost": self.lost[:5],
                 "duplicated": self.duplicated[:5],
@@ -139,16 +159,31 @@ async def check(
     faults: list[Fault],
     cancels: list[str],
     others_status: frozenset[str] = frozenset(),
+    proposal_timeouts: list[CallKey] | None = None,
+    binding_wait: float = Limits.binding_wait_seconds,
 ) -> Verdict:
     """``others_status``: ids of status records the run's executors wrote (what became of a
-    call after its dispatch), left to their own verdict (:mod:`tests.chaos.executors`)."""
+    call after its dispatch), left to their own verdict (:mod:`tests.chaos.executors`).
+    ``proposal_timeouts``: calls whose proposal the driver waited for in vain."""
     dispatch = await read_topic(settings, "dispatch")
     ledger = await read_topic(settings, "ledger")
     audit = await read_topic(settings, "audit")
     status = [
         s for s in await read_topic(settings, "status") if s[2]["status_id"] not in others_status
     ]
-    return judge(plan, faults, cancels, dispatch, ledger, audit, status)
+    proposals = await read_topic(settings, "proposals")
+    return judge(
+        plan,
+        faults,
+        cancels,
+        dispatch,
+        ledger,
+        audit,
+        status,
+        proposals=proposals,
+        proposal_timeouts=proposal_timeouts or [],
+        binding_wait=binding_wait,
+    )
 
 
 def judge(
@@ -159,8 +194,13 @@ def judge(
     ledger: list[tuple[int, float, dict[str, Any]]],
     audit: list[tuple[int, float, dict[str, Any]]],
     status: list[tuple[int, float, dict[str, Any]]],
+    *,
+    proposals: list[tuple[int, float, dict[str, Any]]] | None = None,
+    proposal_timeouts: list[CallKey] | None = None,
+    binding_wait: float = Limits.binding_wait_seconds,
 ) -> Verdict:
-    """Pure: the verdict from the plan, the faults and the records read."""
+    """Pure: the verdict from the plan, the faults and the records read. ``proposals`` None:
+    the proposals topic was not read (only the driver's timeouts are judged)."""
     expect = plan.expectations()
     arguments = plan.arguments()
     v = Verdict(calls=len(expect))
@@ -172,6 +212,8 @@ def judge(
 
     counts = Counter(key(r) for _, _, r in dispatch)
     v.dispatched = len(counts)
+    ids = Counter(r.get("dispatch_id") for _, _, r in dispatch if r.get("dispatch_id"))
+    v.duplicate_dispatch_ids = sum(1 for n in ids.values() if n > 1)
     for k, r in ((key(r), r) for _, _, r in dispatch):
         if k in arguments and r["arguments"] != arguments[k] and k not in v.wrong_arguments:
             v.wrong_arguments.append(k)
@@ -179,6 +221,12 @@ def judge(
     for _, _, r in ledger:
         reasons[key(r)] = r.get("terminal_reason") or r.get("state", "?")
     v.ledger_reasons = dict(Counter(reasons.get(k, "none") for k in expect))
+    late = {
+        (t.tenant, t.turn_id, c)
+        for t in plan.turns
+        if t.bound_late(binding_wait)
+        for c in t.call_ids
+    }
     for k, e in sorted(expect.items()):
         n = counts.get(k, 0)
         if n > 1:
@@ -186,8 +234,8 @@ def judge(
         if e is Expect.NEVER and n:
             v.unsafe.append(k)
         elif e is Expect.ONCE and not n:
-            if reasons.get(k) == "permission_denied" and faults:
-                v.expired.append(k)  # binding wait passed while a fault held the worker
+            if reasons.get(k) == "permission_denied" and k in late:
+                v.expired.append(k)  # the binding reached the log after the binding wait
             else:
                 v.lost.append(k)
     fates = plan.fates()
@@ -224,6 +272,17 @@ def judge(
     v.ledger_mismatch = len(dispatched_in_ledger ^ set(counts))
     applied = {r["command_id"] for _, _, r in audit if r.get("outcome") in ("applied", "duplicate")}
     v.cancels_unaudited = sum(1 for c in cancels if c not in applied)
+    missing = set(proposal_timeouts or ())
+    if proposals is not None:
+        proposed = {key(r) for _, _, r in proposals}
+        missing |= {
+            (t.tenant, t.turn_id, c)
+            for t in plan.turns
+            if t.fate.confirming and t.acked
+            for c in t.call_ids
+            if (t.tenant, t.turn_id, c) not in proposed
+        }
+    v.proposals_missing = len(missing)
     v.recovery = recovery(faults, dispatch)
     return v
 
@@ -241,11 +300,17 @@ def recovery(
     for times in by_partition.values():
         times.sort()
     out = []
+    starts = sorted(f.happened_at for f in faults)
     for fault in faults:
         waits = [
             next(t for t in times if t > fault.happened_at) - fault.happened_at
             for times in by_partition.values()
             if times and times[-1] > fault.happened_at
+        ]
+        back = [
+            next(t for t in times if t > fault.back_at) - fault.back_at
+            for times in by_partition.values()
+            if times and times[-1] > fault.back_at
         ]
         out.append(
             {
@@ -254,6 +319,12 @@ def recovery(
                 "at": round(fault.at, 1),
                 "seconds": round(max(waits), 2) if waits else None,
                 "down_seconds": round(fault.back_at - fault.happened_at, 1),
+                "after_back_seconds": round(max(back), 2) if back else None,
+                # another fault began before this one's recovery ended: its time is both's
+                "overlapped": any(
+                    fault.happened_at < t < fault.happened_at + max(waits, default=0.0)
+                    for t in starts
+                ),
             }
         )
     return out

@@ -9,8 +9,23 @@ Faults (each recorded with its wall-clock time, so the checker can measure recov
 * For the run's executors (``role="executor"``, :mod:`tests.chaos.executors`) the same three; a
   ``kill`` waits until a member is inside a handler, between its side effect and its outcome,
   and kills that one.
-* ``broker``: ``kill -9`` the broker, restart it on the same data dir (only with a broker of the
-  suite's own: never the shared one the other tests use).
+* ``broker``: ``kill -9`` the broker (on a cluster: every broker at once), restart it on the
+  same data dir (only with brokers of the suite's own: never the shared one the other tests use).
+  The load pauses while no broker answers.
+
+On a cluster of the suite's own (``Broker(nodes=3)``: ``scripts/kafka-local --nodes 3``) four more,
+during which the load goes on (the cluster must keep serving):
+
+* ``leader``: ``kill -9`` the broker that leads the most ``dispatch``/``fragments``/changelog
+  partitions; restart it after :attr:`Cluster.broker_down_seconds`.
+* ``controller``: ``kill -9`` the active controller's node (combined roles: a broker too);
+  restart it the same way.
+* ``zombie``: SIGSTOP the broker that leads the most of those partitions for
+  :attr:`Cluster.broker_stop_seconds`, past the broker session timeout (9 s) and the replica lag
+  time (10 s): its partitions move and it leaves the ISR; then SIGCONT. It must rejoin without
+  serving stale data.
+* ``rolling``: restart every broker in turn (SIGTERM: a controlled shutdown; start; wait until
+  every replica of the run's topics and the internal topics is back in sync), as an upgrade does.
 
 :class:`Cluster` also supervises: a worker that exits on its own is recorded and restarted, the
 way a Deployment would, so a run measures the product, not the harness.
@@ -27,7 +42,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
+from processor.runtime.clients import admin_client
+from processor.settings import Settings
 from tests.integration.conftest import REPO_ROOT, Runtime, WorkerProcess
 
 
@@ -36,6 +54,35 @@ class FaultKind(enum.StrEnum):
     TERM = "term"
     STOP = "stop"
     BROKER = "broker"
+    LEADER = "leader"
+    CONTROLLER = "controller"
+    ZOMBIE = "zombie"
+    ROLLING = "rolling"
+
+    @property
+    def on_broker(self) -> bool:
+        """A fault of the brokers (needs brokers of the suite's own), not of a worker."""
+        return self not in (FaultKind.KILL, FaultKind.TERM, FaultKind.STOP)
+
+    @property
+    def needs_cluster(self) -> bool:
+        """A fault that leaves a quorum standing: only on a cluster of three or more."""
+        return self.on_broker and self is not FaultKind.BROKER
+
+
+WORKER_KINDS: Final = [FaultKind.KILL, FaultKind.STOP, FaultKind.TERM]
+CLUSTER_KINDS: Final = [
+    FaultKind.LEADER,
+    FaultKind.CONTROLLER,
+    FaultKind.ZOMBIE,
+    FaultKind.ROLLING,
+    FaultKind.BROKER,
+]
+
+
+def default_kinds(brokers: int) -> list[FaultKind]:
+    """Every fault a topology of ``brokers`` brokers of the suite's own can take."""
+    return [*WORKER_KINDS, *(CLUSTER_KINDS if brokers >= 3 else [FaultKind.BROKER])]
 
 
 @dataclass
@@ -77,44 +124,89 @@ def schedule(
 
 @dataclass
 class Broker:
-    """A broker of the suite's own (``scripts/kafka-local`` with its own dir and ports)."""
+    """Brokers of the suite's own: ``scripts/kafka-local`` with its own dir and ports; with
+    ``nodes`` > 1 a cluster (``--nodes``), node i on client port ``port + i - 1`` and controller
+    port ``controller_port + i - 1``."""
 
     directory: Path
     port: int
     controller_port: int
+    nodes: int = 1
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{self.port + i}" for i in range(self.nodes))
 
-    def _run(self, command: str) -> None:
+    def _run(self, command: str, *args: str, node: int | None = None) -> str:
         env = dict(os.environ)
         env.update(
             KAFKA_LOCAL_DIR=str(self.directory),
             KAFKA_LOCAL_PORT=str(self.port),
             KAFKA_LOCAL_CONTROLLER_PORT=str(self.controller_port),
+            KAFKA_LOCAL_NODES=str(self.nodes),
         )
-        subprocess.run(
-            [str(REPO_ROOT / "scripts" / "kafka-local"), command],
+        extra = [] if node is None else ["--node", str(node)]
+        done = subprocess.run(
+            [str(REPO_ROOT / "scripts" / "kafka-local"), command, *args, *extra],
             env=env,
             check=True,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            text=True,
         )
+        return done.stdout
 
-    async def start(self) -> None:
+    async def _do(self, command: str, *args: str, node: int | None = None) -> str:
+        return await asyncio.to_thread(self._run, command, *args, node=node)
+
+    async def start(self, node: int | None = None) -> None:
         libs = REPO_ROOT / ".kafka" / "libs"
         mine = self.directory / "libs"
         if libs.is_dir() and not mine.exists():  # the shared broker's jars: no second resolve
             self.directory.mkdir(parents=True, exist_ok=True)
             await asyncio.to_thread(subprocess.run, ["cp", "-r", str(libs), str(mine)], check=True)
-        await asyncio.to_thread(self._run, "start")
+        await self._do("start", node=node)
 
-    async def kill(self) -> None:
-        await asyncio.to_thread(self._run, "kill")
+    async def kill(self, node: int | None = None) -> None:
+        await self._do("kill", node=node)
 
-    async def stop(self) -> None:
-        await asyncio.to_thread(self._run, "stop")
+    async def stop(self, node: int | None = None) -> None:
+        await self._do("stop", node=node)
+
+    async def pause(self, node: int) -> None:
+        await self._do("pause", node=node)
+
+    async def resume(self, node: int) -> None:
+        await self._do("resume", node=node)
+
+    async def controller(self) -> int:
+        """The node id of the active controller."""
+        return int((await self._do("controller")).strip())
+
+    async def most_leaders(self, topics: list[str]) -> int:
+        """The node that leads the most partitions of ``topics`` (the lowest id on a tie)."""
+        lines = (await self._do("leaders", *topics)).split("\n")
+        led = [tuple(int(x) for x in line.split()) for line in lines if line.strip()]
+        return max(led, key=lambda pair: (pair[1], -pair[0]))[0]
+
+    async def wait_in_sync(self, settings: Settings, timeout: float = 120.0) -> bool:
+        """Until every replica of the run's topics and the internal topics is in sync."""
+        names = [*settings.topics.all().values(), "__consumer_offsets", "__transaction_state"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                async with admin_client(settings) as admin:
+                    described = await admin.describe_topics(names)
+                if all(
+                    len(p["isr"]) == len(p["replicas"]) and p["leader"] >= 0
+                    for t in described
+                    for p in t["partitions"]
+                ):
+                    return True
+            except Exception:  # a broker between two states: ask again
+                pass
+            await asyncio.sleep(1)
+        return False
 
 
 @dataclass
@@ -131,6 +223,8 @@ class Cluster:
     # the first member seen inside a handler), or None to keep it
     before_kill: Callable[[list[WorkerProcess]], Awaitable[int | None]] | None = None
     stop_seconds: float = 14.0  # > session timeout (10 s) and transaction timeout (9 s)
+    broker_down_seconds: float = 5.0  # a killed broker of a cluster restarts after this
+    broker_stop_seconds: float = 16.0  # > broker session (9 s) and replica lag (10 s) timeouts
     slots: list[WorkerProcess] = field(default_factory=list)
     unexpected_exits: list[tuple[str, int]] = field(default_factory=list)
     _generation: int = 0
@@ -160,15 +254,8 @@ class Cluster:
 
     async def apply(self, fault: Fault, paused: asyncio.Event) -> None:
         fault.happened_at = time.time()
-        if fault.kind is FaultKind.BROKER:
-            assert self.broker is not None, "broker faults need a broker of the suite's own"
-            paused.clear()
-            try:
-                await self.broker.kill()
-                await asyncio.sleep(2)
-                await self.broker.start()
-            finally:
-                paused.set()
+        if fault.kind.on_broker:
+            await self._broker_fault(fault, paused)
             fault.back_at = time.time()
             return
         slot = fault.target % self.size
@@ -195,6 +282,48 @@ class Cluster:
             fault.back_at = time.time()
         finally:
             self._held.discard(slot)
+
+    async def _broker_fault(self, fault: Fault, paused: asyncio.Event) -> None:
+        broker = self.broker
+        assert broker is not None, "broker faults need brokers of the suite's own"
+        assert broker.nodes >= 3 or not fault.kind.needs_cluster, f"{fault.kind} needs 3 brokers"
+        topics = self.runtime.settings.topics
+        busiest = [topics.output("dispatch"), topics.fragments, topics.changelog]
+        if fault.kind is FaultKind.BROKER:  # every broker: the load waits for them
+            fault.worker = "all brokers"
+            paused.clear()
+            try:
+                await broker.kill()
+                await asyncio.sleep(2)
+                await broker.start()
+            finally:
+                paused.set()
+        elif fault.kind in (FaultKind.LEADER, FaultKind.CONTROLLER):
+            if fault.kind is FaultKind.LEADER:
+                node = await broker.most_leaders(busiest)
+            else:
+                node = await broker.controller()
+            fault.worker = f"broker-{node}"
+            fault.happened_at = time.time()
+            await broker.kill(node)
+            await asyncio.sleep(self.broker_down_seconds)
+            await broker.start(node)
+        elif fault.kind is FaultKind.ZOMBIE:
+            node = await broker.most_leaders(busiest)
+            fault.worker = f"broker-{node}"
+            fault.happened_at = time.time()
+            await broker.pause(node)
+            try:
+                await asyncio.sleep(self.broker_stop_seconds)
+            finally:
+                await broker.resume(node)
+            await broker.start(node)  # returns once it is registered again
+        elif fault.kind is FaultKind.ROLLING:
+            fault.worker = "every broker in turn"
+            for node in range(1, broker.nodes + 1):
+                await broker.stop(node)
+                await broker.start(node)
+                await broker.wait_in_sync(self.runtime.settings)
 
     async def close(self) -> None:
         if self._supervisor is not None:

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from processor.runtime.clients import admin_client
+from processor.settings import Settings
 from tests.chaos.checker import Verdict, check, read_topic
 from tests.chaos.executors import (
     ExecutionVerdict,
@@ -22,7 +26,7 @@ from tests.chaos.executors import (
     check_executions,
     settle_executions,
 )
-from tests.chaos.faults import Broker, Cluster, Fault, FaultKind, schedule
+from tests.chaos.faults import WORKER_KINDS, Broker, Cluster, Fault, FaultKind, schedule
 from tests.chaos.workload import BOOKING_TOOL_YAML, Driver, Expect, Plan
 from tests.integration.conftest import Runtime
 
@@ -42,12 +46,11 @@ class Options:
     workers: int = 2
     partitions: int = 6
     faults: int = 7
-    kinds: list[FaultKind] = field(
-        default_factory=lambda: [FaultKind.KILL, FaultKind.STOP, FaultKind.TERM]
-    )
+    kinds: list[FaultKind] = field(default_factory=lambda: list(WORKER_KINDS))
     bootstrap: str | None = None  # the shared broker; None: start one of the run's own
     workdir: Path = Path("/tmp/chaos")
-    broker_port: int = 19292
+    broker_port: int = 19292  # client ports from here; controller ports after them
+    brokers: int = 1  # brokers of the run's own: 1, or a cluster (scripts/kafka-local --nodes)
     settle_seconds: float = 180.0  # after the load: how long the calls may take to drain
     keep: bool = False  # keep the topics (and the broker's data dir) to inspect a failed run
     worker_env: dict[str, str] = field(default_factory=dict)  # more PROCESSOR_* for workers
@@ -69,6 +72,8 @@ class Report:
     fates: dict[str, int]
     prefix: str = ""
     executions: ExecutionVerdict | None = None
+    # topic → (replicas, min.insync.replicas) at the end: the run's topics and the internal ones
+    replication: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -77,11 +82,14 @@ class Report:
     def as_json(self) -> dict[str, Any]:
         return {
             "seed": self.options.seed,
+            "brokers": self.options.brokers if self.options.bootstrap is None else "shared",
             "turns": self.options.turns,
             "workers": self.options.workers,
             "partitions": self.options.partitions,
             "faults": [
-                f"{f.kind}@{f.at:.0f}s" + ("" if f.role == "worker" else f" ({f.role})")
+                f"{f.kind}@{f.at:.0f}s"
+                + ("" if f.role == "worker" else f" ({f.role})")
+                + (f" [{f.worker}]" if f.kind.on_broker else "")
                 for f in self.faults
             ],
             "fates": self.fates,
@@ -92,6 +100,7 @@ class Report:
             "recovery": self.verdict.recovery,
             "ledger_reasons": self.verdict.ledger_reasons,
             "executions": None if self.executions is None else self.executions.summary(),
+            "replication": self.replication,
         }
 
 
@@ -100,12 +109,15 @@ async def run(options: Options) -> Report:
     options.workdir.mkdir(parents=True, exist_ok=True)
     broker: Broker | None = None
     if options.bootstrap is None:
-        broker = Broker(options.workdir / "broker", options.broker_port, options.broker_port + 1)
+        ports = options.broker_port, options.broker_port + options.brokers
+        broker = Broker(options.workdir / "broker", *ports, nodes=options.brokers)
         await broker.start()
         bootstrap = broker.bootstrap
     else:
         bootstrap = options.bootstrap
-        assert FaultKind.BROKER not in options.kinds, "never kill the shared broker"
+        assert not any(k.on_broker for k in options.kinds), "never fault the shared broker"
+    if options.brokers < 3:
+        assert not any(k.needs_cluster for k in options.kinds), "these faults need 3 brokers"
     prefix = f"chaos{options.seed}x{uuid.uuid4().hex[:6]}."
     runtime = Runtime(bootstrap, prefix, options.workdir, options.partitions)
     with (options.workdir / "tools.yaml").open("a") as tools:
@@ -165,14 +177,15 @@ async def run(options: Options) -> Report:
                 runtime.settings, executors.effects, executors.group
             )
         worker_faults = [f for f in faults if f.role == "worker"]
+        replication = await _replication(runtime.settings)
         verdict = await check(
             runtime.settings,
             plan,
             worker_faults,
             driver.cancels,
             executions.status_ids if executions is not None else frozenset(),
+            proposal_timeouts=driver.proposal_timeouts,
         )
-        verdict.proposals_missing = len(driver.proposal_timeouts)
     finally:
         await asyncio.gather(cluster.close(), members.close())
         if options.keep:
@@ -186,8 +199,37 @@ async def run(options: Options) -> Report:
     for turn in plan.turns:
         fates[turn.fate] = fates.get(turn.fate, 0) + 1
     return Report(
-        options, verdict, faults, exits, time.monotonic() - started, fates, prefix, executions
+        options,
+        verdict,
+        faults,
+        exits,
+        time.monotonic() - started,
+        fates,
+        prefix,
+        executions,
+        replication,
     )
+
+
+async def _replication(settings: Settings) -> dict[str, tuple[int, str]]:
+    """(replicas, min.insync.replicas) of the run's topics and the internal ones that exist."""
+    names = [*settings.topics.all().values(), "__consumer_offsets", "__transaction_state"]
+    async with admin_client(settings) as admin:
+        described = [t for t in await admin.describe_topics(names) if t["partitions"]]
+        key = "min.insync.replicas"
+        resources = [
+            ConfigResource(ConfigResourceType.TOPIC, t["topic"], {key: None}) for t in described
+        ]
+        isr: dict[str, str] = {}
+        for response in await admin.describe_configs(resources):
+            for _code, _msg, _type, name, entries in response.resources:
+                for entry in entries:
+                    if entry[0] == key:
+                        isr[name] = entry[1]
+    return {
+        t["topic"]: (min(len(p["replicas"]) for p in t["partitions"]), isr.get(t["topic"], "?"))
+        for t in described
+    }
 
 
 async def _settle(runtime: Runtime, plan: Plan, timeout: float) -> None:

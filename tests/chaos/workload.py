@@ -140,6 +140,17 @@ class Turn:
     acked: bool = False  # every write of the plan was acknowledged
     failed_writes: int = 0
     written_at: float = 0.0  # when its last write was acknowledged (time.time())
+    stream_at: float = 0.0  # late binding: when the stream's write began (time.time())
+    bound_at: float = 0.0  # late binding: when turn.started was acknowledged (time.time())
+
+    def bound_late(self, wait: float) -> bool:
+        """Whether turn.started may have reached the log more than ``wait`` seconds after the
+        stream's terminal did (a late-bound turn's binding wait could expire, correctly)."""
+        return (
+            self.fate is Fate.LATE_BINDING
+            and self.stream_at > 0
+            and self.bound_at - self.stream_at > wait
+        )
 
     @property
     def call_ids(self) -> list[str]:
@@ -414,9 +425,11 @@ async def _cancel_after_end(d: Driver, turn: Turn, ctx: TurnContext, rng: random
 async def _late_binding(d: Driver, turn: Turn, ctx: TurnContext, rng: random.Random) -> None:
     adapter = OpenAIChatAdapter(ctx, now=time.time)
     chunks, finish = chat_chunks(turn, rng)
+    turn.stream_at = time.time()
     await d._publish(_feed(adapter, [*chunks, finish]) + adapter.close())
     await asyncio.sleep(turn.binding_delay)
     await d._bind(ctx)
+    turn.bound_at = time.time()
 
 
 async def _cancel_before(d: Driver, turn: Turn, ctx: TurnContext, rng: random.Random) -> None:

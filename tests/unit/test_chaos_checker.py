@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.checker import judge
+from tests.chaos.checker import Verdict, judge
 from tests.chaos.effects import arguments_digest
 from tests.chaos.executors import ExecutionVerdict, judge_executions, status_id_of
+from tests.chaos.faults import Fault, FaultKind
 from tests.chaos.workload import Expect, Fate, Plan
 
 Rec = tuple[int, float, dict[str, Any]]
@@ -23,6 +24,16 @@ def _plan() -> Plan:
     for turn in plan.turns:
         turn.acked = True
     return plan
+
+
+def _proposals(plan: Plan) -> list[Rec]:
+    """The proposal of every call of a confirming turn."""
+    return [
+        (0, 1.0, {"tenant": t.tenant, "turn_id": t.turn_id, "call_id": c})
+        for t in plan.turns
+        if t.fate.confirming
+        for c in t.call_ids
+    ]
 
 
 def _clean(plan: Plan) -> tuple[list[Rec], list[Rec], list[Rec], list[Rec], list[str]]:
@@ -59,7 +70,8 @@ def _clean(plan: Plan) -> tuple[list[Rec], list[Rec], list[Rec], list[Rec], list
             status.append((0, 1.0, {**k, "state": _USER.get(reason, "failed")}))
             if state == "dispatched":
                 args = arguments[(turn.tenant, turn.turn_id, call)]
-                dispatch.append((0, 1.0, {**k, "arguments": args}))
+                dispatch_id = f"d-{turn.turn_id}-{call}"
+                dispatch.append((0, 1.0, {**k, "arguments": args, "dispatch_id": dispatch_id}))
     return dispatch, ledger, status, audit, cancels
 
 
@@ -70,20 +82,35 @@ def _first(plan: Plan, expect: Expect) -> tuple[str, str, str]:
 def test_clean_outputs_pass() -> None:
     plan = _plan()
     dispatch, ledger, status, audit, cancels = _clean(plan)
-    verdict = judge(plan, [], cancels, dispatch, ledger, audit, status)
+    verdict = judge(plan, [], cancels, dispatch, ledger, audit, status, proposals=_proposals(plan))
     assert verdict.ok, verdict.summary()
     assert verdict.dispatched == verdict.must_dispatch > 0
+    assert verdict.expired == [] and verdict.proposals_missing == 0
 
 
 @pytest.mark.parametrize(
     "defect",
-    ["lost", "duplicated", "unsafe", "wrong_arguments", "status", "reason", "unaudited"],
+    [
+        "lost",
+        "duplicated",
+        "unsafe",
+        "wrong_arguments",
+        "status",
+        "reason",
+        "unaudited",
+        "ledger_without_dispatch",
+        "dispatch_without_ledger",
+        "proposal_lost",
+        "proposal_timeout",
+    ],
 )
 def test_each_planted_defect_is_reported(defect: str) -> None:
     plan = _plan()
     dispatch, ledger, status, audit, cancels = _clean(plan)
     once = _first(plan, Expect.ONCE)
     never = next(k for (_, _, r) in ledger if r["state"] == "cancelled" for k in [_key(r)])
+    proposals = _proposals(plan)
+    timeouts: list[tuple[str, str, str]] = []
 
     def is_once(r: Rec) -> bool:
         return _key(r[2]) == once
@@ -109,7 +136,30 @@ def test_each_planted_defect_is_reported(defect: str) -> None:
         status.append((0, 2.0, {**_fields(never), "state": "failed"}))
     elif defect == "unaudited":
         audit = audit[1:]
-    verdict = judge(plan, [], cancels, dispatch, ledger, audit, status)
+    elif defect == "ledger_without_dispatch":  # one transaction wrote both: one is gone
+        dispatch = [r for r in dispatch if not is_once(r)]
+    elif defect == "dispatch_without_ledger":
+        ledger = [
+            (p, t, {**r, "state": "failed", "terminal_reason": "dispatched"})
+            if is_once((p, t, r))
+            else (p, t, r)
+            for p, t, r in ledger
+        ]
+    elif defect == "proposal_lost":  # the gateway saw it, the topic no longer holds it
+        proposals = proposals[1:]
+    elif defect == "proposal_timeout":
+        timeouts.append(_key(proposals[0][2]))
+    verdict = judge(
+        plan,
+        [],
+        cancels,
+        dispatch,
+        ledger,
+        audit,
+        status,
+        proposals=proposals,
+        proposal_timeouts=timeouts,
+    )
     assert not verdict.ok
     summary = verdict.summary()
     field = {
@@ -120,8 +170,81 @@ def test_each_planted_defect_is_reported(defect: str) -> None:
         "status": "status_mismatch",
         "reason": "wrong_reason",
         "unaudited": "cancels_unaudited",
+        "ledger_without_dispatch": "ledger_mismatch",
+        "dispatch_without_ledger": "ledger_mismatch",
+        "proposal_lost": "proposals_missing",
+        "proposal_timeout": "proposals_missing",
     }[defect]
-    assert summary[field] == 1, summary
+    assert summary[field] >= 1, summary
+    if defect not in ("ledger_without_dispatch", "dispatch_without_ledger"):
+        assert summary[field] == 1, summary
+
+
+def test_a_duplicate_dispatch_id_is_counted_on_the_topic() -> None:
+    plan = _plan()
+    dispatch, ledger, status, audit, cancels = _clean(plan)
+    dispatch.append(dispatch[0])  # the same record twice: an aborted batch made visible
+    verdict = judge(plan, [], cancels, dispatch, ledger, audit, status)
+    assert not verdict.ok
+    assert verdict.duplicate_dispatch_ids == 1 and len(verdict.duplicated) == 1
+
+
+WAIT = 30.0  # the worker's binding wait (Limits.binding_wait_seconds)
+FAULTS = [Fault(FaultKind.KILL, 10.0, 0, happened_at=1.0, back_at=2.0)]
+
+
+def _denied(plan: Plan, fate: Fate) -> tuple[tuple[str, str, str], Verdict]:
+    """The outputs of a run with a fault in which every call of the first ``fate`` turn ended
+    ``permission_denied`` instead of being dispatched (the worker gave up on its binding)."""
+    dispatch, ledger, status, audit, cancels = _clean(plan)
+    turn = next(t for t in plan.turns if t.fate is fate)
+    calls = {(turn.tenant, turn.turn_id, c) for c in turn.call_ids}
+
+    def mine(r: Rec) -> bool:
+        return _key(r[2]) in calls
+
+    dispatch = [r for r in dispatch if not mine(r)]
+    ledger = [r for r in ledger if not mine(r)]
+    status = [r for r in status if not mine(r)]
+    for k in sorted(calls):
+        ledger.append(
+            (0, 2.0, {**_fields(k), "state": "failed", "terminal_reason": "permission_denied"})
+        )
+        status.append((0, 2.0, {**_fields(k), "state": "failed"}))
+    verdict = judge(
+        plan,
+        FAULTS,
+        cancels,
+        dispatch,
+        ledger,
+        audit,
+        status,
+        proposals=_proposals(plan),
+        binding_wait=WAIT,
+    )
+    return min(calls), verdict
+
+
+@pytest.mark.parametrize("fate", [Fate.NORMAL, Fate.CONFIRMED, Fate.LATE_BINDING])
+def test_a_binding_forgotten_under_a_fault_is_lost_not_expired(fate: Fate) -> None:
+    """A call that had to dispatch and ended permission_denied in a run with faults, whose
+    binding was written in time (a late-bound turn bound 1 s after its stream): lost."""
+    plan = _plan()
+    for turn in plan.turns:
+        if turn.fate is Fate.LATE_BINDING:
+            turn.stream_at, turn.bound_at = 100.0, 101.0
+    call, verdict = _denied(plan, fate)
+    assert not verdict.ok
+    assert call in verdict.lost and verdict.expired == [], verdict.summary()
+
+
+def test_a_late_bound_turn_whose_binding_arrived_after_the_wait_is_expired() -> None:
+    plan = _plan()
+    turn = next(t for t in plan.turns if t.fate is Fate.LATE_BINDING)
+    turn.stream_at, turn.bound_at = 100.0, 100.0 + WAIT + 5  # the bind waited out a fault
+    call, verdict = _denied(plan, Fate.LATE_BINDING)
+    assert verdict.ok, verdict.summary()
+    assert call in verdict.expired and verdict.lost == [] and verdict.wrong_reason == []
 
 
 def _key(r: dict[str, Any]) -> tuple[str, str, str]:

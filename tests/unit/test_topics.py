@@ -19,6 +19,7 @@ from processor.runtime.topics import (
     TopicState,
     check_copartitioning,
     format_states,
+    replication,
     topic_specs,
 )
 from processor.settings import Settings, TopicNames
@@ -68,6 +69,23 @@ def test_specs_follow_settings_and_overrides() -> None:
     specs = {spec.role: spec for spec in topic_specs(s, partitions=12, replication_factor=1)}
     assert specs["ledger"].config == {"cleanup.policy": "compact,delete", "retention.ms": "1000"}
     assert specs["fragments"].partitions == 12
+
+
+@pytest.mark.parametrize(
+    ("brokers", "rf", "isr"),
+    [(None, 1, None), (1, 1, None), (2, 2, None), (3, 3, "2"), (5, 3, "2")],
+)
+def test_replication_follows_the_cluster_size(brokers: int | None, rf: int, isr: str | None) -> None:
+    specs = topic_specs(Settings(), brokers=brokers)
+    assert {spec.replication_factor for spec in specs} == {rf}
+    assert {spec.config.get("min.insync.replicas") for spec in specs} == {isr}
+
+
+def test_named_replication_wins_and_three_replicas_get_two_in_sync() -> None:
+    assert replication(Settings(replication_factor=2), 5) == (2, None)
+    assert replication(Settings(), 1, replication_factor=3) == (3, 2)  # the chart's default
+    assert replication(Settings(min_insync_replicas=3), 3) == (3, 3)
+    assert replication(Settings(min_insync_replicas=1), 1) == (1, 1)
 
 
 def _states(fragments: int | None, control: int | None, changelog: int | None) -> dict:
