@@ -47,7 +47,7 @@ from typing import Any
 import orjson
 
 from processor.core import outputs
-from processor.core.authn import AllowUnsigned, CommandVerifier
+from processor.core.authn import CommandVerifier, NoKeyring
 from processor.core.buffer import CallBuffer, DeltaOutcome
 from processor.core.control import (
     COMMAND_CLASS,
@@ -153,7 +153,8 @@ class Assembler:
     ) -> None:
         self.registry = registry
         self.limits = limits or Limits()
-        self.verifier: CommandVerifier = verifier or AllowUnsigned()
+        # never ``verifier or ...``: an empty keyring is falsy, and must not mean "unsigned ok"
+        self.verifier: CommandVerifier = NoKeyring() if verifier is None else verifier
         self.calls: dict[CallKey, CallBuffer] = {}  # not yet terminal
         # the same buffers by key tuple: a tuple hashes and compares in C, a CallKey model in
         # Python, and the per-delta path looks a call up by the event's ids without a model

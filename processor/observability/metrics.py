@@ -49,6 +49,12 @@ CONSUMER_LAG: Final = Gauge(
     ["topic", "partition"],
 )
 
+UNSIGNED_COMMANDS_ALLOWED: Final = Gauge(
+    "toolcall_unsigned_commands_allowed",
+    "1 when this process applies operator commands WITHOUT signature checks (started with "
+    "--allow-unsigned-commands or --allow-unsigned-operators and no keyring: development only).",
+)
+
 GC_FROZEN_OBJECTS: Final = Gauge(
     "toolcall_gc_frozen_objects",
     "Objects the worker has taken out of the cyclic garbage collector's scans (its modules and "

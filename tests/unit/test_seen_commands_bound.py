@@ -10,6 +10,7 @@ bench/bench_attack_memory.py measures the memory.
 from __future__ import annotations
 
 from processor.core.assembler import Assembler
+from processor.core.authn import AllowUnsigned
 from processor.core.events import Audit, TenantResumed, TenantStopped, ToolDisabled, ToolEnabled
 from processor.core.policy import Limits
 from processor.core.registry import Registry
@@ -29,7 +30,9 @@ def audits(asm: Assembler, event: object, now: float = NOW) -> list[tuple[str, s
 
 def test_a_full_window_refuses_grants_and_still_applies_safety_commands() -> None:
     registry = Registry.from_document({"tools": [{"name": "t", "parameters": {"type": "object"}}]})
-    asm = Assembler(registry, Limits(max_seen_commands=3, retention_seconds=3600))
+    asm = Assembler(
+        registry, Limits(max_seen_commands=3, retention_seconds=3600), verifier=AllowUnsigned()
+    )
     for n in range(3):
         assert audits(asm, command(ToolEnabled, n, tool="t")) == [("applied", None)]
     assert len(asm.control.seen_commands) == 3
