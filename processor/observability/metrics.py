@@ -146,6 +146,11 @@ RESTORE_RECORDS: Final = Counter(
     "toolcall_restore_records",
     "Changelog records applied during restores.",
 )
+STATE_STORE_REBUILDS: Final = Counter(
+    "toolcall_state_store_rebuilds",
+    "Local state stores found damaged (a read or checksum error, an undecodable record, or "
+    "records that do not match the store's tally) and rebuilt in full from the changelog.",
+)
 RESTORE_FAILURES: Final = Counter(
     "toolcall_restore_failures",
     "Partition preparations (fence, restore, seek) that failed or timed out and were retried.",
