@@ -117,7 +117,7 @@ def test_a_truncated_table_file_is_refused(tmp_path: Path) -> None:
 
 
 def _raw(path: Path) -> Any:
-    from rocksdict import Options, Rdict  # noqa: PLC0415
+    from rocksdict import Options, Rdict
 
     return Rdict(str(path), Options(raw_mode=True))
 
