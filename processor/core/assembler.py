@@ -1093,7 +1093,8 @@ class Assembler:
         for rk in control.forget_responses(facts):
             self._mark(response_state_key(*rk))
         for scope, seen in list(control.seen_commands.items()):
-            if seen.at < horizon:
+            # seen at t, its issued_at is at most t + skew: kept until a replay of it is stale
+            if seen.at < horizon - self.limits.max_clock_skew_seconds:
                 del control.seen_commands[scope]
                 self._mark(command_state_key(scope))
 

@@ -17,7 +17,16 @@ from hypothesis import strategies as st
 
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned
-from processor.core.events import DeadLetter, Dispatch, InputEvent, ResponseQuarantined, encode
+from processor.core.events import (
+    Audit,
+    DeadLetter,
+    Dispatch,
+    InputEvent,
+    ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
+    encode,
+)
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
 from tests.unit.scenario import Call, registry, turn_started
@@ -112,3 +121,27 @@ def test_a_forgotten_quarantine_does_not_let_a_replayed_call_through() -> None:
         _flood(assembler, 101.0 + step, 3)
     assert call.key.as_tuple not in assembler.inert
     assert _dispatches(_feed(assembler, events, 110.0)) == []
+
+
+def test_a_command_id_is_remembered_until_its_replay_is_stale() -> None:
+    """The same class for replay protection: a command id seen at t was forgotten at
+    t + retention, but its ``issued_at`` may be up to the skew past t, so a byte-identical
+    replay right after passed the stale check and was applied again (here: an old resume
+    un-stopping a tenant stopped since)."""
+    asm = Assembler(registry(), Limits(retention_seconds=3600), verifier=AllowUnsigned())
+    resume = TenantResumed(
+        command_id="resume-1", issued_by="ops", issued_at=150.0, expires_at=10_000.0,
+        tenant="acme", reason="ok",
+    )  # fmt: skip
+    stop = TenantStopped(
+        command_id="stop-1", issued_by="ops", issued_at=200.0, expires_at=10_000.0,
+        tenant="acme", reason="incident",
+    )  # fmt: skip
+    for event, now in ((resume, 100.0), (stop, 200.0)):
+        [audit] = asm.handle(event, now)
+        assert isinstance(audit, Audit) and audit.rejection is None
+    later = 100.0 + 3600 + 1
+    asm.tick(later)
+    [again] = asm.handle_record(encode(resume), RecordSource("control", 0, 9), later)
+    assert isinstance(again, Audit) and again.rejection == "replayed"
+    assert "acme" in asm.control.stopped_tenants
