@@ -281,7 +281,9 @@ def test_keyring_secret_is_mounted_where_the_worker_reads_it(
 
 def test_worker_state_dir_is_a_volume(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     _, docs = rendered
-    worker = next(d for d in docs if d["kind"] == "Deployment" and "worker" in d["metadata"]["name"])
+    worker = next(
+        d for d in docs if d["kind"] == "Deployment" and "worker" in d["metadata"]["name"]
+    )
     pod = worker["spec"]["template"]["spec"]
     c = pod["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
@@ -345,3 +347,23 @@ def test_prometheus_rule_carries_the_shared_rules_file(helm: str) -> None:
     dashboard = next(d for d in docs if d["metadata"]["name"].endswith("-dashboard"))
     on_disk = json.loads((CHART / "files" / "dashboards" / "toolcall-processor.json").read_text())
     assert json.loads(dashboard["data"]["toolcall-processor.json"]) == on_disk
+
+
+def test_an_unsigned_test_cluster_passes_the_development_flag_to_every_component(
+    helm: str,
+) -> None:
+    """Without a keyring a worker refuses every operator command (issue 30): a throwaway test
+    cluster that asks for unsigned commands says so to the worker as to the executor."""
+    unsigned = [
+        "--set",
+        "keyring.existingSecret=",
+        "--set",
+        "keyring.allowUnsignedOperatorCommands=true",
+    ]
+    flags = {"worker": "--allow-unsigned-commands", "executor": "--allow-unsigned-operators"}
+    for extra, expected in (([], False), (unsigned, True)):
+        docs = render(helm, "--set", "executor.enabled=true", *extra)
+        for doc in (d for d in docs if d["kind"] == "Deployment"):
+            [c] = doc["spec"]["template"]["spec"]["containers"]
+            assert (flags[c["name"]] in c["args"]) is expected, (c["name"], c["args"])
+            assert cli_accepts(c["args"]) is None, c["args"]
