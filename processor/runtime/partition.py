@@ -252,7 +252,10 @@ class PartitionTask:
         if result is None:
             pending.clear()
             if store is not None:
-                store.clear()
+                try:
+                    store.clear()
+                except Exception as exc:  # a store RocksDB refuses to write: start a new one
+                    store = self._replace_store(store, StoreCorrupt(type(exc).__name__))
             assembler = self._new_assembler()
             result = await restore_partition(
                 assembler,
