@@ -4,6 +4,9 @@
 ``replay`` runs one Assembler over fragment and control events (one JSON object a line) and
 writes every output as one JSON line with a ``kind`` field. Time comes from the records
 themselves (``ts`` or ``issued_at``, never decreasing), so the same input gives the same output.
+Operator commands are checked against ``--keyring`` when one is given (as a worker with that
+keyring would judge them); without one, replay applies them unchecked (an offline review with
+no side effect: what would the calls have become had the commands been applied).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import orjson
 
 if TYPE_CHECKING:  # the command imports them when it runs (``processor --help`` stays fast)
     from processor.core.assembler import Assembler
+    from processor.core.authn import CommandVerifier
     from processor.core.events import OutputRecord
 
 
@@ -36,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     replay.add_argument("--tools", required=True, help="tool registry (YAML or JSON)")
     replay.add_argument("events", nargs="?", default="-", help="events file, or - for stdin")
     replay.add_argument("--summary", action="store_true", help="print counts to stderr at the end")
+    replay.add_argument(
+        "--keyring",
+        action="append",
+        help="check operator commands' signatures with this keyring (default: unchecked)",
+    )
     replay.add_argument(
         "--format",
         choices=["json", "text"],
@@ -139,6 +148,17 @@ def text_line(record: OutputRecord) -> bytes:
     return printable(text).encode() + b"\n"
 
 
+def _replay_verifier(keyring: list[str] | None) -> CommandVerifier:
+    """The keyring named (an empty one is refused, exit 78), else explicitly no checks."""
+    from processor.core.authn import AllowUnsigned  # noqa: PLC0415
+
+    if keyring is None:
+        return AllowUnsigned()
+    from processor.ops.signing import Keyring  # noqa: PLC0415
+
+    return Keyring.load(*keyring)
+
+
 def _replay_command(args: argparse.Namespace) -> int:
     from processor.core.assembler import Assembler  # noqa: PLC0415
     from processor.core.policy import Limits  # noqa: PLC0415
@@ -148,7 +168,7 @@ def _replay_command(args: argparse.Namespace) -> int:
     allow_deep_validation()  # also for the checks of a deep schema at load
     registry = load_registry(args.tools)  # a RegistryError is one line (the CLI's boundary)
     stream: IO[bytes] = sys.stdin.buffer if args.events == "-" else open(args.events, "rb")  # noqa: SIM115
-    assembler = Assembler(registry, Limits())
+    assembler = Assembler(registry, Limits(), verifier=_replay_verifier(args.keyring))
     counts: dict[str, int] = {}
     render = output_line if args.format == "json" else text_line
     kind_of = kinds()

@@ -180,6 +180,10 @@ class Settings(BaseSettings):
     # operator public keys: keyring files and/or folders of *.keyring.yaml files, merged; from the
     # environment one path or several separated by os.pathsep (":" on POSIX)
     keyring_file: Annotated[tuple[Path, ...] | None, NoDecode] = None
+    # development only: without a keyring, apply operator commands WITHOUT signature checks
+    # (``processor worker --allow-unsigned-commands``); unset, a worker with no keyring refuses
+    # and audits every operator command as ``unsigned``
+    allow_unsigned_commands: bool = False
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
     batch_max_records: int = Field(default=500, gt=0)

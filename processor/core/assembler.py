@@ -47,7 +47,7 @@ from typing import Any
 import orjson
 
 from processor.core import outputs
-from processor.core.authn import AllowUnsigned, CommandVerifier
+from processor.core.authn import CommandVerifier, NoKeyring
 from processor.core.buffer import CallBuffer, DeltaOutcome
 from processor.core.control import (
     COMMAND_CLASS,
@@ -153,7 +153,8 @@ class Assembler:
     ) -> None:
         self.registry = registry
         self.limits = limits or Limits()
-        self.verifier: CommandVerifier = verifier or AllowUnsigned()
+        # never ``verifier or ...``: an empty keyring is falsy, and must not mean "unsigned ok"
+        self.verifier: CommandVerifier = NoKeyring() if verifier is None else verifier
         self.calls: dict[CallKey, CallBuffer] = {}  # not yet terminal
         # the same buffers by key tuple: a tuple hashes and compares in C, a CallKey model in
         # Python, and the per-delta path looks a call up by the event's ids without a model
@@ -272,10 +273,11 @@ class Assembler:
         barrier: int | None = None,
     ) -> list[OutputRecord]:
         """:meth:`handle_record` after decoding: a record too old to judge is a dead letter."""
-        horizon = now - self.limits.retention_seconds
-        if isinstance(event, _FRAGMENT_EVENTS):
-            horizon = max(horizon, self._evicted_before)
-        if event_time(event) < horizon:
+        when = event_time(event)
+        # a fragment event at or before the latest ts of a call the count bound forgot is stale
+        if when < now - self.limits.retention_seconds or (
+            when <= self._evicted_before and isinstance(event, _FRAGMENT_EVENTS)
+        ):
             detail = "older than the retention window; its state may have been forgotten"
             return [self.dead_letter(payload, source, "stale_event", detail, now)]
         return self.handle(event, now, record_time=record_time, barrier=barrier)
@@ -459,10 +461,12 @@ class Assembler:
                 refusal = self._capacity_refusal(key.tenant, now, out)
             buf = self._new_buffer(key, now, refusal is None)
             if refusal is not None:
+                buf.last_ts = event.ts
                 buf.provider = event.provider
                 self._terminate(buf, refusal, now, out)
                 return
             is_new = True
+        buf.last_ts = max(buf.last_ts, event.ts)
         buf.last_activity = max(buf.last_activity, now)
         if buf.counted:  # keep ``_active`` in order of activity, least recent first
             active = self._active
@@ -1035,7 +1039,8 @@ class Assembler:
         key = buf.key.as_tuple
         self.calls.pop(buf.key, None)
         self._live.pop(key, None)
-        self.inert[key] = InertCall(buf.state, buf.reason, buf.terminal_event_id, now)
+        last_ts = max(buf.last_ts, now)
+        self.inert[key] = InertCall(buf.state, buf.reason, buf.terminal_event_id, now, last_ts)
         self._ended.append((now, key))
         self._touch(buf)
         out.append(outputs.ledger(buf, now))
@@ -1063,8 +1068,10 @@ class Assembler:
 
     def _evict_oldest(self) -> bool:
         """The count bound (``Limits.max_inert_calls``): forget the oldest terminal call before
-        its retention ends, and make fragment events older than its end stale, so no event of
-        a call forgotten early can open it again. False when nothing was left to forget."""
+        its retention ends, and make fragment events stale up to the latest ``ts`` its own
+        events carried (not its end in worker time: an event's ``ts`` may run up to the clock
+        skew ahead), so no replay of a call forgotten early can open it again. False when
+        nothing was left to forget."""
         self._sort_ended()
         while self._ended:
             ended_at, key = self._ended.popleft()
@@ -1072,11 +1079,15 @@ class Assembler:
             if inert is not None and inert.ended_at == ended_at:
                 del self.inert[key]
                 self._mark(_call_state_key(key))
-                if ended_at > self._evicted_before:
-                    self._evicted_before = ended_at
-                    self._mark(_HORIZON_KEY)
+                self._close_behind(inert.last_ts)
                 return True
         return False
+
+    def _close_behind(self, last_ts: float) -> None:
+        """Fragment events dated up to ``last_ts`` are stale from now on."""
+        if last_ts > self._evicted_before:
+            self._evicted_before = last_ts
+            self._mark(_HORIZON_KEY)
 
     def _forget(self, horizon: float) -> None:
         """Drop inert facts older than the retention window (bounded memory, invariant 5).
@@ -1091,14 +1102,19 @@ class Assembler:
             if inert is not None and inert.ended_at == ended_at:
                 del self.inert[key]
                 self._mark(_call_state_key(key))
+                if inert.last_ts >= horizon:  # its events' ts may run past the retention
+                    self._close_behind(inert.last_ts)
         control = self.control
-        facts = max(horizon, self._evicted_before)
+        # a turn or response last seen at t had events dated up to t + skew: forgotten only
+        # once all of those are stale, so a quarantine or a cancel never reopens on a replay
+        facts = max(horizon, self._evicted_before) - self.limits.max_clock_skew_seconds
         for tk in control.forget_turns(facts, self._active_by_turn):
             self._mark(turn_state_key(*tk))
         for rk in control.forget_responses(facts):
             self._mark(response_state_key(*rk))
         for scope, seen in list(control.seen_commands.items()):
-            if seen.at < horizon:
+            # seen at t, its issued_at is at most t + skew: kept until a replay of it is stale
+            if seen.at < horizon - self.limits.max_clock_skew_seconds:
                 del control.seen_commands[scope]
                 self._mark(command_state_key(scope))
 
@@ -1184,10 +1200,12 @@ class Assembler:
             if data is not None:
                 if call_tuple(data.get("key")) != parts:
                     raise ValueError("the value names another call than the key")
+                skew = self.limits.max_clock_skew_seconds
                 if CallState(data["state"]).absorbing:
                     inert = InertCall.from_snapshot(data)
                 else:
                     buf = CallBuffer.from_snapshot(data)
+                    buf.last_ts = (buf.last_activity or 0.0) + skew
             # a CallKey model only when a live buffer or held texts may exist (restores of
             # terminal calls are the bulk of a long changelog: no model for each)
             live_key = _restored_key(*parts) if self.calls or self._restored_texts else None

@@ -10,6 +10,12 @@ A verifier answers one question: may this command be applied at time ``now``? It
 for yes, or one of the stable rejection codes below (they go to the audit record and to metrics).
 A verifier is pure: the caller passes ``now``; there is no clock and no IO inside ``verify``.
 
+With no keyring at all a worker uses :class:`NoKeyring`, which refuses every operator command
+(``unsigned``, or ``unknown_key`` for a signed one). :class:`AllowUnsigned` is only ever chosen
+explicitly (offline replay, tests, ``processor worker --allow-unsigned-commands``). A verifier is
+never tested for truth: an empty keyring is refused when it is loaded, and ``None`` is not a
+verifier (ARCHITECTURE.md: fail closed on an empty verifier).
+
 Replay protection is **not** a verifier's job: the Assembler keeps the command ids it has seen in
 its per-partition state (which survives restarts through the changelog) and rejects a repeated
 ``command_id`` itself.
@@ -79,3 +85,17 @@ class AllowUnsigned:
     def verify(self, command: OperatorCommand, now: float) -> str | None:
         del command, now
         return None
+
+
+class NoKeyring:
+    """The verifier of a worker that has no keyring: it refuses EVERY operator command.
+
+    An unsigned command is ``unsigned``; a signed one names a key nobody trusts
+    (``unknown_key``). Each refusal is audited by the caller, as for any rejection.
+    """
+
+    def verify(self, command: OperatorCommand, now: float) -> str | None:
+        del now
+        if not command.signature or not command.key_id:
+            return UNSIGNED
+        return UNKNOWN_KEY

@@ -47,6 +47,9 @@ class CallBuffer:
     scanner: JsonSyntaxScanner | None = None
     started_at: float = 0.0
     last_activity: float = 0.0
+    # the latest own ``ts`` of the events applied to the call (not persisted: a call restored
+    # open takes ``last_activity`` plus the clock-skew allowance, the most its events carried)
+    last_ts: float = field(default=0.0, compare=False)
     terminal_event_id: str | None = None
     provider_arguments: str | None = None
     # set once validated

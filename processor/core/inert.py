@@ -20,12 +20,18 @@ CallTuple = tuple[str, str, str, str, str]
 
 
 class InertCall(NamedTuple):
-    """A terminal call: its absorbing state, why it ended, its terminal event and when."""
+    """A terminal call: its absorbing state, why it ended, its terminal event and when.
+
+    ``last_ts`` is the latest own ``ts`` its events carried, or its end when later (a
+    byte-identical replay of its events carries no later one): forgetting the call makes
+    fragment events up to it stale. In the changelog value only when later than ``ended_at``
+    (an event dated ahead of the worker's clock, within the skew allowance)."""
 
     state: CallState
     reason: TerminalReason | None
     terminal_event_id: str | None
     ended_at: float
+    last_ts: float = 0.0
 
     def snapshot(self, key: CallTuple) -> dict[str, Any]:
         """The changelog value (readable by :meth:`CallBuffer.from_snapshot`'s reader too)."""
@@ -35,7 +41,7 @@ class InertCall(NamedTuple):
             "reason": self.reason.value if self.reason else None,
             "terminal_event_id": self.terminal_event_id,
             "ended_at": self.ended_at,
-        }
+        } | ({"last_ts": self.last_ts} if self.last_ts > self.ended_at else {})
 
     @classmethod
     def from_snapshot(cls, data: dict[str, Any]) -> InertCall:
@@ -50,7 +56,10 @@ class InertCall(NamedTuple):
         event_id = data.get("terminal_event_id")
         if event_id is not None and not isinstance(event_id, str):
             raise TypeError("terminal_event_id is not a string")
-        return cls(state, reason, event_id, float(data.get("ended_at") or 0.0))
+        ended_at = float(data.get("ended_at") or 0.0)
+        return cls(
+            state, reason, event_id, ended_at, max(ended_at, float(data.get("last_ts") or 0))
+        )
 
 
 def call_tuple(value: Any) -> CallTuple:

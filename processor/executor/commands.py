@@ -133,6 +133,9 @@ def verifier_for(settings: Settings, *, allow_unsigned: bool) -> CommandVerifier
     if allow_unsigned:
         log.warning(UNSIGNED_WARNING)
         print(f"WARNING: {UNSIGNED_WARNING}", file=sys.stderr)
+        from processor.observability import metrics  # noqa: PLC0415
+
+        metrics.UNSIGNED_COMMANDS_ALLOWED.set(1)
         return AllowUnsigned()
     raise ProcessorError(
         "missing_keyring",

@@ -49,6 +49,12 @@ CONSUMER_LAG: Final = Gauge(
     ["topic", "partition"],
 )
 
+UNSIGNED_COMMANDS_ALLOWED: Final = Gauge(
+    "toolcall_unsigned_commands_allowed",
+    "1 when this process applies operator commands WITHOUT signature checks (started with "
+    "--allow-unsigned-commands or --allow-unsigned-operators and no keyring: development only).",
+)
+
 GC_FROZEN_OBJECTS: Final = Gauge(
     "toolcall_gc_frozen_objects",
     "Objects the worker has taken out of the cyclic garbage collector's scans (its modules and "
@@ -139,6 +145,11 @@ RESTORE_DURATION: Final = Histogram(
 RESTORE_RECORDS: Final = Counter(
     "toolcall_restore_records",
     "Changelog records applied during restores.",
+)
+STATE_STORE_REBUILDS: Final = Counter(
+    "toolcall_state_store_rebuilds",
+    "Local state stores found damaged (a read or checksum error, an undecodable record, or "
+    "records that do not match the store's tally) and rebuilt in full from the changelog.",
 )
 RESTORE_FAILURES: Final = Counter(
     "toolcall_restore_failures",

@@ -310,8 +310,8 @@ class Keyring:
         ``.json``, YAML (PyYAML safe_load) else) or a folder, which contributes every
         ``*.keyring.yaml`` file in it (what ``processor ctl keygen`` writes, one per key).
 
-        A key id found in two files is an error naming both; a folder without keyring files is
-        an error too (a worker with no keys would reject every operator command).
+        A key id found in two files is an error naming both; a folder without keyring files, or
+        files that hold no key at all (``keys: []``), is an error too (exit 78 from the CLI).
         """
         files = _keyring_files(paths)
         entries: list[KeyringEntry] = []
@@ -326,7 +326,14 @@ class Keyring:
                     )
                 origin[key_id] = file
                 entries.append(entry)
-        return cls(entries, source=", ".join(str(f) for f in files))
+        source = ", ".join(str(f) for f in files)
+        if not entries:  # e.g. the last key removed because it leaked: never "no checks"
+            raise ConfigurationError(
+                "invalid_keyring",
+                f"{source}: the keyring holds no key: a worker would refuse every operator "
+                "command; add a key (`processor ctl keygen`) or remove the keyring setting",
+            )
+        return cls(entries, source=source)
 
     @classmethod
     def _read(cls, p: Path) -> Keyring:

@@ -22,7 +22,7 @@ from typing import Final
 from processor import cli_errors
 from processor.cli_errors import ConfigInvalid, ExitCode
 from processor.cli_flags import KEYRING_HELP, add_common_flags, load_settings
-from processor.core.authn import AllowUnsigned, CommandVerifier
+from processor.core.authn import AllowUnsigned, CommandVerifier, NoKeyring
 from processor.observability.logging import configure_logging, fields
 from processor.runtime.clients import admin_client
 from processor.runtime.tail import TAIL_ROLES, run_tail
@@ -48,12 +48,17 @@ _WORKER_FLAGS: Final = {
     "metrics_host": "metrics_host",
     "batch_size": "batch_max_records",
     "poll_timeout_ms": "poll_timeout_ms",
+    "allow_unsigned_commands": "allow_unsigned_commands",
 }
 
 ALLOW_UNSIGNED_WARNING: Final = (
-    "NO KEYRING CONFIGURED (PROCESSOR_KEYRING_FILE / --keyring): operator commands are applied "
-    "WITHOUT SIGNATURE CHECKS. Anyone who can write to the control topic can quarantine, "
-    "disable tools and stop or resume tenants. Never run a deployed worker like this."
+    "--allow-unsigned-commands (PROCESSOR_ALLOW_UNSIGNED_COMMANDS) and no keyring: operator "
+    "commands are applied WITHOUT SIGNATURE CHECKS. Anyone who can write to the control topic can "
+    "quarantine, disable tools and stop or resume tenants. Never run a deployed worker like this."
+)
+NO_KEYRING_WARNING: Final = (
+    "no keyring configured (PROCESSOR_KEYRING_FILE / --keyring): every operator command is "
+    "refused and audited as unsigned (quarantine, tool disable/enable, tenant stop/resume)"
 )
 
 
@@ -64,6 +69,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--application-id", help="transactional id prefix")
     worker.add_argument("--tools", help="tool registry file (YAML or JSON)")
     worker.add_argument("--keyring", action="append", help=KEYRING_HELP)
+    worker.add_argument(
+        "--allow-unsigned-commands",
+        action="store_const",
+        const=True,
+        help="DEVELOPMENT ONLY: without a keyring, apply operator commands unsigned",
+    )
     worker.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
     worker.add_argument("--metrics-host", help="address of the metrics endpoint")
     worker.add_argument("--batch-size", type=int, help="max records per poll")
@@ -133,13 +144,21 @@ def _worker_command(args: argparse.Namespace) -> int:
 
 
 def _verifier(settings: Settings) -> CommandVerifier:
-    if settings.keyring_file is None:
+    """The keyring (an empty one is refused: exit 78); without one, a verifier refusing every
+    operator command, unless the development flag asks for none (warned, and on /metrics)."""
+    if settings.keyring_file is not None:
+        from processor.ops.signing import Keyring  # noqa: PLC0415
+
+        return Keyring.load(*settings.keyring_file)
+    if settings.allow_unsigned_commands:
         log.warning(ALLOW_UNSIGNED_WARNING)
         print(f"WARNING: {ALLOW_UNSIGNED_WARNING}", file=sys.stderr)
-        return AllowUnsigned()
-    from processor.ops.signing import Keyring  # noqa: PLC0415
+        from processor.observability import metrics  # noqa: PLC0415
 
-    return Keyring.load(*settings.keyring_file)
+        metrics.UNSIGNED_COMMANDS_ALLOWED.set(1)
+        return AllowUnsigned()
+    log.warning(NO_KEYRING_WARNING)
+    return NoKeyring()
 
 
 # ---------------------------------------------------------------------- topics

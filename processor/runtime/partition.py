@@ -91,7 +91,7 @@ from processor.core.events import (
     OutputRecord,
     turn_key,
 )
-from processor.observability import tracing
+from processor.observability import metrics, tracing
 from processor.observability.logging import fields
 from processor.runtime import collector, hanging, transaction
 from processor.runtime.codec import (
@@ -103,7 +103,7 @@ from processor.runtime.codec import (
 )
 from processor.runtime.partitioner import default_partitioner, misrouted
 from processor.runtime.restore import RestoreGap, RestoreResult, restore_partition
-from processor.runtime.store import RocksStore, StateStore
+from processor.runtime.store import RocksStore, StateStore, StoreCorrupt
 from processor.runtime.transaction import CommitPlan
 from processor.settings import Settings
 
@@ -216,6 +216,12 @@ class PartitionTask:
         warm, self.warm = self.warm, None  # one try: a retry restores in full
         self.clean = False
         store = self._open_store()
+        checkpoint: int | None = None
+        if store is not None:
+            try:
+                checkpoint = store.checkpoint()
+            except StoreCorrupt as exc:
+                store = self._replace_store(store, exc)
         pending: list[tuple[str, bytes | None]] = []
 
         def sink(key: str, value: bytes | None) -> None:
@@ -226,7 +232,7 @@ class PartitionTask:
 
         result: RestoreResult | None = None
         self.store_records = 0
-        if warm is not None and store is not None and store.checkpoint() != warm[1]:
+        if warm is not None and store is not None and checkpoint != warm[1]:
             warm = None  # the store fell behind (a failed write): continue from the store instead
         if warm is not None:
             assembler, start = warm
@@ -243,12 +249,21 @@ class PartitionTask:
                 self.restore_kind = "tail"
             if result is None and store is not None:
                 store.clear()  # the kept Assembler and its store cannot be continued
-        if result is None and store is not None and store.checkpoint() is not None:
-            assembler, result = await self._restore_from_store(store, sink)
+                checkpoint = None
+        if result is None and store is not None and checkpoint is not None:
+            try:
+                assembler, result = await self._restore_from_store(store, checkpoint, sink)
+            except StoreCorrupt as exc:  # never a short load: what the scan read is dropped
+                store = self._replace_store(store, exc)
+                pending.clear()
+                result = None
         if result is None:
             pending.clear()
             if store is not None:
-                store.clear()
+                try:
+                    store.clear()
+                except Exception as exc:  # a store RocksDB refuses to write: start a new one
+                    store = self._replace_store(store, StoreCorrupt(type(exc).__name__))
             assembler = self._new_assembler()
             result = await restore_partition(
                 assembler,
@@ -320,29 +335,38 @@ class PartitionTask:
         self.store = store
         return store
 
+    def _replace_store(self, store: StateStore, exc: StoreCorrupt) -> StateStore | None:
+        """A damaged store: destroy it and open an empty one (the caller restores in full)."""
+        log.error(
+            "local state store damaged; rebuilding in full from the changelog",
+            extra=fields(partition=self.partition, reason=str(exc)),
+        )
+        metrics.STATE_STORE_REBUILDS.inc()
+        store.destroy()
+        self.store = None
+        return self._open_store()
+
     async def _restore_from_store(
-        self, store: StateStore, sink: Callable[[str, bytes | None], None]
+        self, store: StateStore, checkpoint: int, sink: Callable[[str, bytes | None], None]
     ) -> tuple[Assembler, RestoreResult | None]:
         """Load the local store, then apply the changelog tail after its checkpoint.
 
         ``(assembler, None)`` when the checkpoint cannot be continued (beyond the changelog's
         end: newer than what is committed, or before its beginning): restore in full.
+        ``StoreCorrupt`` when the store cannot be read whole and exactly (a read or checksum
+        error, a key that does not decode, a record the Assembler cannot read back, records
+        that do not add up to the store's tally): the caller restores in full.
         """
-        checkpoint = store.checkpoint()
         assembler = self._new_assembler()
-        loaded = skipped = 0
+        loaded = 0
         for key, value in store.scan():
             loaded += 1
-            if assembler.restore(key, value) is not None:
-                skipped += 1
+            problem = assembler.restore(key, value)
+            if problem is not None:  # only readable records are ever written to the store
+                raise StoreCorrupt(f"record {loaded}: {problem}")
             collector.restored(loaded)
             if loaded % 2000 == 0:
                 await asyncio.sleep(0)  # heartbeats and other partitions go on meanwhile
-        if skipped:
-            log.error(
-                "local state store records skipped",
-                extra=fields(partition=self.partition, skipped=skipped),
-            )
         try:
             result = await restore_partition(
                 assembler,

@@ -44,7 +44,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.cli_errors import Unavailable
 from processor.core.assembler import Assembler
-from processor.core.authn import AllowUnsigned, CommandVerifier
+from processor.core.authn import CommandVerifier
 from processor.core.registry import Registry
 from processor.observability import metrics
 from processor.observability.health import HealthServer
@@ -75,13 +75,11 @@ _STOP_GRACE_S: Final = 30.0
 class Worker:
     """One group member. ``await Worker(settings, registry, verifier).run()`` until stopped."""
 
-    def __init__(
-        self, settings: Settings, registry: Registry, verifier: CommandVerifier | None = None
-    ) -> None:
+    def __init__(self, settings: Settings, registry: Registry, verifier: CommandVerifier) -> None:
         self.settings = settings
         self.topics = settings.topics
         self.registry = registry
-        self.verifier: CommandVerifier = verifier or AllowUnsigned()
+        self.verifier = verifier  # never ``verifier or ...``: an empty keyring is falsy
         self.limits = settings.core_limits()
         self.manager = PartitionManager(settings, self.new_assembler, on_fatal=self._fatal)
         self._stop = asyncio.Event()
@@ -519,7 +517,7 @@ def export_state_gauges(tasks: Sequence[PartitionTask]) -> None:
 async def run_worker(
     settings: Settings,
     registry: Registry,
-    verifier: CommandVerifier | None,
+    verifier: CommandVerifier,
     *,
     on_started: Callable[[Worker], None] | None = None,
 ) -> int:

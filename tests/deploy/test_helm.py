@@ -286,7 +286,9 @@ def test_keyring_secret_is_mounted_where_the_worker_reads_it(
 
 def test_worker_state_dir_is_a_volume(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     _, docs = rendered
-    worker = next(d for d in docs if d["kind"] == "Deployment" and "worker" in d["metadata"]["name"])
+    worker = next(
+        d for d in docs if d["kind"] == "Deployment" and "worker" in d["metadata"]["name"]
+    )
     pod = worker["spec"]["template"]["spec"]
     c = pod["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
@@ -384,3 +386,23 @@ def test_executor_runs_executor_mcp_with_its_headers_from_a_secret(helm: str) ->
     [c] = containers(executor)
     assert c["args"][c["args"].index("--server-command") + 1] == "python -m bookings_mcp"
     assert cli_accepts(c["args"]) is None
+
+
+def test_an_unsigned_test_cluster_passes_the_development_flag_to_every_component(
+    helm: str,
+) -> None:
+    """Without a keyring a worker refuses every operator command (issue 30): a throwaway test
+    cluster that asks for unsigned commands says so to the worker as to the executor."""
+    unsigned = [
+        "--set",
+        "keyring.existingSecret=",
+        "--set",
+        "keyring.allowUnsignedOperatorCommands=true",
+    ]
+    flags = {"worker": "--allow-unsigned-commands", "executor": "--allow-unsigned-operators"}
+    for extra, expected in (([], False), (unsigned, True)):
+        docs = render(helm, "--set", "executor.enabled=true", *extra)
+        for doc in (d for d in docs if d["kind"] == "Deployment"):
+            [c] = doc["spec"]["template"]["spec"]["containers"]
+            assert (flags[c["name"]] in c["args"]) is expected, (c["name"], c["args"])
+            assert cli_accepts(c["args"]) is None, c["args"]

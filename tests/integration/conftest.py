@@ -304,6 +304,8 @@ class Runtime:
             "PROCESSOR_POLL_TIMEOUT_MS": "100",
             "PROCESSOR_LAG_INTERVAL_SECONDS": "1",
             "PROCESSOR_LOG_LEVEL": "INFO",
+            # the harness's operator commands are unsigned (tests that sign give a keyring)
+            "PROCESSOR_ALLOW_UNSIGNED_COMMANDS": "true",
         }
         self.settings = Settings(
             **{k.removeprefix("PROCESSOR_").lower(): v for k, v in self.env_settings.items()}

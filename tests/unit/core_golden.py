@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from processor.core.assembler import Assembler
+from processor.core.authn import AllowUnsigned
 from processor.core.events import (
     CallConfirmed,
     CallDelta,
@@ -380,7 +381,7 @@ def run(seed: int, responses: int) -> list[str]:
     workload = Workload(seed)
     actions = workload.actions(responses)
     rng = random.Random(seed + 1)
-    assembler = Assembler(registry(), LIMITS)
+    assembler = Assembler(registry(), LIMITS, verifier=AllowUnsigned())
     now = 1000.0
     digests: list[str] = []
     for n, action in enumerate(actions):

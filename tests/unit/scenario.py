@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from processor.core.assembler import Assembler
+from processor.core.authn import AllowUnsigned
 from processor.core.events import (
     CallConfirmed,
     CallDelta,
@@ -201,7 +202,9 @@ def turn_cancelled(
 class Run:
     """An Assembler and everything it has output so far."""
 
-    assembler: Assembler = field(default_factory=lambda: Assembler(registry(), Limits()))
+    assembler: Assembler = field(
+        default_factory=lambda: Assembler(registry(), Limits(), verifier=AllowUnsigned())
+    )
     outputs: list[OutputRecord] = field(default_factory=list)
     now: float = 100.0
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from processor.core.assembler import Assembler
+from processor.core.authn import AllowUnsigned
 from processor.core.events import (
     Audit,
     Dispatch,
@@ -126,7 +127,7 @@ class AssemblerMachine(RuleBasedStateMachine):
             idle_timeout_seconds=50.0, max_reorder_window=WINDOW, response_wait_seconds=120.0
         )
         self.responses: dict[tuple[str, str, str], bool] = {}  # ended: completed normally?
-        self.assembler = Assembler(ANY_OBJECT, self.limits)
+        self.assembler = Assembler(ANY_OBJECT, self.limits, verifier=AllowUnsigned())
         self.changelog: dict[str, bytes | None] = {}
         self.now = 100.0
         self.slots: list[Slot] = []
@@ -351,7 +352,7 @@ class AssemblerMachine(RuleBasedStateMachine):
         """A crash after a commit: a new Assembler restored from the changelog alone."""
         for change in self.assembler.drain_changes():
             self.changelog[change.key] = change.value
-        fresh = Assembler(ANY_OBJECT, self.limits)
+        fresh = Assembler(ANY_OBJECT, self.limits, verifier=AllowUnsigned())
         for key, value in self.changelog.items():
             fresh.restore(key, value)
         self.assembler = fresh

@@ -519,6 +519,9 @@ class TestBoundsAndRecords:
         run.tick(100.0 + run.assembler.limits.retention_seconds + 1)
         assert call.key.as_tuple not in run.assembler.inert
         assert run.assembler.call_state(call.key) is CallState.ABSENT
+        # a turn goes once every event it could have had is stale: the skew allowance later
+        skew = run.assembler.limits.max_clock_skew_seconds
+        run.tick(100.0 + run.assembler.limits.retention_seconds + skew + 1)
         assert run.assembler.control.turns == {}
 
     def test_keys_are_full_tuples(self) -> None:

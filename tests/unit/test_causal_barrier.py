@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.core.assembler import Assembler
+from processor.core.authn import AllowUnsigned
 from processor.core.events import Dispatch, InputEvent, OutputRecord, TenantStopped
 from processor.core.policy import Limits
 from processor.core.states import CallState
@@ -50,7 +51,7 @@ class Partition:
 
 
 def fresh() -> Partition:
-    return Partition(Assembler(registry(), Limits()))
+    return Partition(Assembler(registry(), Limits(), verifier=AllowUnsigned()))
 
 
 def test_a_cancel_committed_before_the_terminal_wins_when_read_later() -> None:

@@ -14,6 +14,7 @@ import pytest
 from processor.adapters.base import TurnContext
 from processor.adapters.openai_chat import OpenAIChatAdapter
 from processor.core.assembler import Assembler
+from processor.core.authn import AllowUnsigned
 from processor.core.errors import AdapterError, RecordRejected
 from processor.core.events import (
     Audit,
@@ -233,14 +234,14 @@ def test_2_the_changelog_round_trips_hostile_ids_in_every_key_part(hostile: str)
         ),
         signed(TenantStopped, hostile, tenant=tenant + "s"),
     ]
-    first = Assembler(registry())
+    first = Assembler(registry(), verifier=AllowUnsigned())
     changes = []
     for event in events:
         first.handle(event, 100.0)
         changes += first.drain_changes()
     assert any(c.key.startswith("text:") for c in changes)
     assert len(first.control.seen_commands) == 4
-    second = Assembler(registry())
+    second = Assembler(registry(), verifier=AllowUnsigned())
     for change in changes:
         second.restore(change.key, change.value)
     assert [b.snapshot() for b in second.calls.values()] == [

@@ -6,10 +6,16 @@ a message could quote a key or a value); the runtime logs and counts it.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.core.assembler import Assembler
+from processor.runtime.store import RocksStore, StoreCorrupt
 from tests.unit.scenario import Call, registry, turn_started
 
 KINDS = st.sampled_from(["call:", "text:", "turn:", "resp:", "tool:", "tenant:", "cmd:", "x:", ""])
@@ -36,3 +42,126 @@ def test_a_valid_changelog_restores_and_garbage_in_it_is_skipped() -> None:
     [turn] = [c for c in changes if c.key.startswith("turn:")]
     problem = restored.restore(turn.key, b'{"tenant": "acme", "unknown_field": 1}')
     assert problem is not None and "Oslo" not in problem
+
+
+# ---------------------------------------------------------------------------- a damaged store
+# Issue 30 item 2: a damaged local store must never load as a short one. Each test damages a
+# real RocksDB store's files (or writes behind its back) and asserts that it is refused:
+# ``open_or_rebuild`` rebuilds it, or a full scan raises ``StoreCorrupt`` (the partition then
+# restores in full from the changelog). Before, the scan stopped early and said nothing.
+
+IDENTITY = {"changelog": "t.assembler-changelog", "partition": 0}
+RECORDS = 3000
+
+
+def _filled(path: Path) -> dict[str, bytes]:
+    store = RocksStore(path, IDENTITY, cache_bytes=1 << 20)
+    records = {f"turn:{i:06d}": os.urandom(48).hex().encode() for i in range(RECORDS)}
+    store.apply(records.items(), 42)
+    store.flush()  # into a table file
+    store.close()
+    return records
+
+
+def _table(path: Path) -> Path:
+    [table] = sorted(path.glob("*.sst"))
+    return table
+
+
+def _read_whole(path: Path) -> list[tuple[str, bytes]] | str:
+    """The records of a full scan, or why the store was refused."""
+    try:
+        store, why = RocksStore.open_or_rebuild(path, IDENTITY, cache_bytes=1 << 20)
+    except StoreCorrupt as exc:
+        return str(exc)
+    if why is not None:
+        store.close()
+        return why
+    try:
+        return list(store.scan())
+    except StoreCorrupt as exc:
+        return str(exc)
+    finally:
+        store.close()
+
+
+def test_an_intact_store_reads_whole(tmp_path: Path) -> None:
+    records = _filled(tmp_path / "p0")
+    assert _read_whole(tmp_path / "p0") == sorted(records.items())
+
+
+@pytest.mark.parametrize("where", [0.2, 0.35, 0.5])
+def test_bytes_flipped_inside_a_table_file_are_never_a_short_read(
+    tmp_path: Path, where: float
+) -> None:
+    path = tmp_path / "p0"
+    _filled(path)
+    table = _table(path)
+    data = bytearray(table.read_bytes())
+    at = int(len(data) * where)
+    for i in range(at, at + 16):
+        data[i] ^= 0xFF
+    table.write_bytes(bytes(data))
+    result = _read_whole(path)
+    assert isinstance(result, str), f"a damaged store read {len(result)} of {RECORDS} records"
+
+
+def test_a_truncated_table_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "p0"
+    _filled(path)
+    table = _table(path)
+    data = table.read_bytes()
+    table.write_bytes(data[: len(data) // 2])
+    result = _read_whole(path)
+    assert isinstance(result, str), f"a truncated store read {len(result)} records"
+
+
+def _raw(path: Path) -> Any:
+    from rocksdict import Options, Rdict
+
+    return Rdict(str(path), Options(raw_mode=True))
+
+
+def test_a_foreign_key_that_is_not_utf8_is_refused_not_raised(tmp_path: Path) -> None:
+    path = tmp_path / "p0"
+    _filled(path)
+    db = _raw(path)
+    db.put(b"turn:\xc3\x28 not utf-8", b"{}")
+    db.close()
+    result = _read_whole(path)
+    assert isinstance(result, str) and "unreadable" in result
+
+
+@pytest.mark.parametrize("tamper", ["delete", "add", "alter"])
+def test_records_changed_behind_the_store_s_back_do_not_match_its_tally(
+    tmp_path: Path, tamper: str
+) -> None:
+    path = tmp_path / "p0"
+    records = _filled(path)
+    db = _raw(path)
+    key = sorted(records)[RECORDS // 2].encode()
+    if tamper == "delete":
+        db.delete(key)
+    elif tamper == "add":
+        db.put(b"turn:zzz", b"{}")
+    else:
+        db.put(key, records[key.decode()][:-1] + b"0")
+    db.close()
+    result = _read_whole(path)
+    assert isinstance(result, str) and "tally" in result
+
+
+def test_the_tally_follows_every_write(tmp_path: Path) -> None:
+    path = tmp_path / "p0"
+    store = RocksStore(path, IDENTITY, cache_bytes=1 << 20)
+    store.apply([("a:1", b"x"), ("a:2", b"y"), ("a:1", b"z"), ("a:3", None)], 1)
+    store.put("a:4", b"w")
+    store.delete("a:2")
+    store.apply([("a:4", b"v"), ("a:4", None), ("a:5", b"u")], 2)
+    store.close()
+    assert _read_whole(path) == [("a:1", b"z"), ("a:5", b"u")]
+    again = RocksStore(path, IDENTITY, cache_bytes=1 << 20)
+    again.clear()
+    again.apply([("b:1", b"q")], 3)
+    again.close()
+    assert _read_whole(path) == [("b:1", b"q")]

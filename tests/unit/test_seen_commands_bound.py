@@ -10,6 +10,7 @@ bench/bench_attack_memory.py measures the memory.
 from __future__ import annotations
 
 from processor.core.assembler import Assembler
+from processor.core.authn import AllowUnsigned
 from processor.core.events import Audit, TenantResumed, TenantStopped, ToolDisabled, ToolEnabled
 from processor.core.policy import Limits
 from processor.core.registry import Registry
@@ -29,7 +30,9 @@ def audits(asm: Assembler, event: object, now: float = NOW) -> list[tuple[str, s
 
 def test_a_full_window_refuses_grants_and_still_applies_safety_commands() -> None:
     registry = Registry.from_document({"tools": [{"name": "t", "parameters": {"type": "object"}}]})
-    asm = Assembler(registry, Limits(max_seen_commands=3, retention_seconds=3600))
+    asm = Assembler(
+        registry, Limits(max_seen_commands=3, retention_seconds=3600), verifier=AllowUnsigned()
+    )
     for n in range(3):
         assert audits(asm, command(ToolEnabled, n, tool="t")) == [("applied", None)]
     assert len(asm.control.seen_commands) == 3
@@ -42,7 +45,9 @@ def test_a_full_window_refuses_grants_and_still_applies_safety_commands() -> Non
     assert len(asm.control.seen_commands) == 3  # bounded
     assert audits(asm, command(ToolEnabled, 0, tool="t")) == [("rejected", "replayed")]
 
-    later = NOW + 3600 + 1  # retention forgets the old ids: grants are accepted again
+    # retention forgets the old ids (once a replay of them is stale whatever its issued_at,
+    # the skew allowance later): grants are accepted again
+    later = NOW + 3600 + Limits().max_clock_skew_seconds + 1
     asm.tick(later)
     resumed = TenantResumed(command_id="resume-late", issued_by="ops", issued_at=later,
                             expires_at=later + 600, tenant="acme", reason="ok")  # fmt: skip

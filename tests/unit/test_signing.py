@@ -458,8 +458,11 @@ def test_load_yaml_and_json(tmp_path: Path) -> None:
 
 
 def test_load_empty_key_list(tmp_path: Path) -> None:
-    ring = Keyring.load(_write(tmp_path / "ring.yaml", {"keys": []}))
-    assert len(ring) == 0
+    """An emptied keyring is refused (issue 30: it used to load, falsy, and switch checks off);
+    built in memory, an empty one trusts nobody."""
+    with pytest.raises(ConfigurationError, match="holds no key"):
+        Keyring.load(_write(tmp_path / "ring.yaml", {"keys": []}))
+    ring = Keyring([], source="empty")
     assert ring.verify(SIGNER.sign(TenantStopped(**COMMON, tenant="acme")), NOW) == "unknown_key"
 
 
