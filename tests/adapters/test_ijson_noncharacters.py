@@ -1,6 +1,6 @@
 """Issue 29, item 4: I-JSON (RFC 7493 §2.1) forbids noncharacters in strings and member names, as
-it forbids surrogates; the README promises I-JSON. A provider stream (OpenAI Responses, from the
-SDK's documented event shapes, see ``test_namespaces``) whose arguments hold one, raw or
+it forbids surrogates; docs/guarantees.md promises I-JSON. A provider stream (OpenAI Responses,
+from the SDK's documented event shapes, see ``test_namespaces``) whose arguments hold one, raw or
 escaped, in a value or a key, fails the call ``malformed_json`` and dispatches nothing, whatever
 the chunking. Before the fix the call dispatched."""
 

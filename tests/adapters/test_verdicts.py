@@ -1,4 +1,5 @@
-"""The shared verdict shape: one table per provider, judged one way, shown in the README."""
+"""The shared verdict shape: one table per provider, judged one way, shown in
+docs/guarantees.md."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ TABLE = StopTable(
 )
 
 
-def test_readme_stop_reason_tables_are_the_code_tables() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert readme_tables() in readme, (
-        "README provider tables are stale: paste `python -m processor.adapters.providers`"
+def test_documented_stop_reason_tables_are_the_code_tables() -> None:
+    doc = (ROOT / "docs" / "guarantees.md").read_text()
+    assert readme_tables() in doc, (
+        "docs/guarantees.md provider tables are stale: "
+        "paste `python -m processor.adapters.providers`"
     )
 
 

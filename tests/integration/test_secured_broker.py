@@ -1,8 +1,8 @@
 """Least privilege on a broker that enforces it (``scripts/kafka-local start --secured``).
 
 SCRAM-SHA-512 over TLS, ``StandardAuthorizer``, no ACL means deny. The admin creates the topics
-and the README's ACL table for five principals with ``processor topics create --acls-for ...
---apply-acls``; then each principal does its job with exactly those ACLs (adapter → fragments and
+and the ACL table of docs/operations.md for five principals with ``processor topics create
+--acls-for ... --apply-acls``; then each principal does its job with exactly those ACLs (adapter → fragments and
 control, worker → dispatch/ledger/audit in transactions, executor → runs the call and writes its
 result, operator → a signed stop, auditor → reads it), and is refused what the table does not
 grant. The worker is a subprocess that gets its password from the environment only; its log

@@ -1,5 +1,5 @@
-"""The README's ACL table as bindings and kafka-acls.sh commands (applied on a real broker by
-tests/integration/test_secured_broker.py)."""
+"""The ACL table of docs/operations.md as bindings and kafka-acls.sh commands (applied on a real
+broker by tests/integration/test_secured_broker.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from processor.runtime.acls import AclError, Role, acl_bindings, format_commands, parse_principals
 from processor.settings import Settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def grants(role: Role) -> set[tuple[str, str, str, str]]:
@@ -52,8 +52,8 @@ def test_each_role_gets_exactly_the_readme_table() -> None:
     assert ("TRANSACTIONAL_ID", "PREFIXED", "ex.executor.", "WRITE") in executor
 
 
-def test_the_readme_still_lists_these_roles() -> None:
-    table = README.read_text().split("## ACLs each principal needs", 1)[1].split("\n## ", 1)[0]
+def test_the_operations_doc_still_lists_these_roles() -> None:
+    table = OPERATIONS.read_text().split("## ACLs each principal needs", 1)[1].split("\n## ", 1)[0]
     assert {"adapter / gateway", "assembler worker", "executor", "operator", "auditor"} <= set(
         re.findall(r"^\| ([a-z /()`]+?) (?:\(`processor ctl`\) )?\|", table, re.M)
     )

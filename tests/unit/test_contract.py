@@ -73,9 +73,9 @@ def test_dispatch_is_reachable_only_from_validated() -> None:
     assert sources == [CallState.VALIDATED]
 
 
-def test_readme_diagram_is_drawn_from_the_table() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert mermaid() in readme, "README state diagram is stale: paste `processor states`"
+def test_the_documented_diagram_is_drawn_from_the_table() -> None:
+    doc = (ROOT / "docs" / "guarantees.md").read_text()
+    assert mermaid() in doc, "docs/guarantees.md state diagram is stale: paste `processor states`"
 
 
 def test_cli_schemas_check_passes() -> None:

@@ -1,6 +1,6 @@
 """Any string reads back exactly from a state key, in both stores (issue 30, item 8).
 
-The README promises that state keys do not depend on the identifier alphabet: each is
+docs/guarantees.md promises that state keys do not depend on the identifier alphabet: each is
 ``kind:`` + :func:`~processor.core.events.encode_key` of a tuple, never a joined string, so any
 string (a separator, quotes, NUL, a lone surrogate, thousands of characters) reads back exactly.
 Here that is a property over the key builders the Assembler uses and both stores: every key
