@@ -56,7 +56,9 @@ def record_lookup(db: Path, call: Call) -> tuple[int, bool]:
 def make_handlers(db: Path) -> Handlers:
     handlers = Handlers()
 
-    @handlers.tool("get_weather", version="2", timeout_seconds=10.0)
+    @handlers.tool(
+        "get_weather", version="2", requires_confirmation=False, timeout_seconds=10.0
+    )
     async def get_weather(call: Call) -> Mapping[str, Any]:
         rowid, written = await asyncio.to_thread(record_lookup, db, call)
         return {"lookup_ref": f"LK-{rowid}", "repeated": not written}

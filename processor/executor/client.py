@@ -197,7 +197,10 @@ class ExecutorClient:
     ``verifier`` authenticates operator commands read from ``control`` (a
     :class:`processor.ops.signing.Keyring`; :class:`processor.core.authn.AllowUnsigned` only for
     tests). ``registry`` (optional) resolves tool aliases in operator commands and supplies
-    ``requires_confirmation`` and the confirmation TTL of tools whose registration does not say.
+    ``requires_confirmation`` and the confirmation TTL of tools whose registration does not say;
+    a handler whose registration does not say, for a tool the registry does not declare (or
+    without a registry), is refused at construction (``confirmation_rule_unknown``): whether a
+    call needs a confirmation is never guessed.
     """
 
     def __init__(
@@ -215,6 +218,21 @@ class ExecutorClient:
     ) -> None:
         if not len(handlers):
             raise ConfigurationError("invalid_handlers", "no handlers registered")
+        undecided = sorted(
+            {
+                f"{r.namespace}.{r.tool}" if r.namespace is not None else r.tool
+                for r in handlers
+                if r.requires_confirmation is None
+                and (registry is None or registry.resolve(r.tool, r.namespace) is None)
+            }
+        )
+        if undecided:  # fail closed: never guess that a tool needs no confirmation
+            raise ConfigurationError(
+                "confirmation_rule_unknown",
+                "neither the handler nor the tool registry says whether "
+                f"{', '.join(undecided)} needs a confirmation: pass the registry (--tools) "
+                "or register the handler with requires_confirmation",
+            )
         self.settings = settings
         self.handlers = handlers
         self.group = group
@@ -665,8 +683,8 @@ class ExecutorClient:
             resolution = self.registry.resolve(dispatch.tool, dispatch.namespace)
             declaration = resolution.declaration if resolution else None
         requires = registration.requires_confirmation
-        if requires is None:
-            requires = bool(declaration and declaration.requires_confirmation)
+        if requires is None:  # unknown to the registry too: required (fail closed)
+            requires = declaration is None or declaration.requires_confirmation
         max_age = registration.confirmation_max_age_seconds
         if max_age is None and declaration is not None and declaration.requires_confirmation:
             max_age = declaration.confirmation_ttl_seconds

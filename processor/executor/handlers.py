@@ -140,7 +140,8 @@ class Registration:
     ``version`` is None.
 
     ``requires_confirmation``: the fence refuses a dispatch of this tool that names no
-    confirmation (``None``: take it from the tool registry when the executor has one, else no).
+    confirmation (``None``: take it from the tool registry; an executor without a registry
+    that declares the tool refuses to start, since it cannot know).
     ``confirmation_max_age_seconds``: how old the confirmation may be when the call runs
     (``None``: the tool's ``confirmation_ttl_seconds`` from the registry, else no limit).
     ``timeout_seconds``: a handler running longer is cancelled and the outcome is ``unknown``.

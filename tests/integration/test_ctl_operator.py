@@ -167,7 +167,7 @@ async def deployment(
     operators = await make_operators(rt, tmp_path / "keys")
     tools_file = tmp_path / "ctl-tools.yaml"
     tools_file.write_text(TOOLS)
-    recorder = Recorder("get_weather", "book_slot", "hold_table")
+    recorder = Recorder("get_weather", "book_slot", "hold_table", requires_confirmation=None)
     executor = Executor(
         rt.settings,
         recorder.handlers,

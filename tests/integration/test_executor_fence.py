@@ -45,12 +45,19 @@ pytestmark = pytest.mark.integration
 class Recorder:
     """Handlers that record every call they run (dispatch ids and keys only)."""
 
-    def __init__(self, *tools: str, gate: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        *tools: str,
+        gate: asyncio.Event | None = None,
+        requires_confirmation: bool | None = False,
+    ) -> None:
         self.calls: list[Call] = []
         self.gate = gate
         self.handlers = Handlers()
         for tool in tools or ("get_weather", "book_slot"):
-            self.handlers.register(tool, self.handle)
+            # a stand-in says itself whether it needs a confirmation (the tests' registry does
+            # not declare book_slot, and an executor never guesses); None: the registry says
+            self.handlers.register(tool, self.handle, requires_confirmation=requires_confirmation)
 
     async def handle(self, call: Call) -> Mapping[str, Any]:
         self.calls.append(call)

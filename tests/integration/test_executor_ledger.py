@@ -42,7 +42,7 @@ pytestmark = pytest.mark.integration
 crash_handlers = Handlers()
 
 
-@crash_handlers.tool("book_slot")
+@crash_handlers.tool("book_slot", requires_confirmation=False)
 async def _hang(call: Call) -> Mapping[str, Any]:
     print(f"HANDLER-STARTED {call.dispatch_id}", flush=True)
     await asyncio.Event().wait()
@@ -121,7 +121,7 @@ async def test_rebalance_between_members_runs_each_dispatch_once(runtime: Runtim
         seen[call.dispatch_id] += 1
         await asyncio.sleep(0.05)
 
-    handlers.register("get_weather", slow)
+    handlers.register("get_weather", slow, requires_confirmation=False)
     turns = [f"r{i}" for i in range(24)]
     for t in turns:
         await rt.control(turn_started("acme", t))
@@ -248,7 +248,7 @@ async def test_a_handler_that_panics_fails_its_call_and_the_executor_goes_on(
     ran: list[str] = []
     handlers = Handlers()
 
-    @handlers.tool("get_weather")
+    @handlers.tool("get_weather", requires_confirmation=False)
     async def weather(call: Call) -> Mapping[str, Any]:
         ran.append(call.key.turn_id)
         if call.key.turn_id == "panics":

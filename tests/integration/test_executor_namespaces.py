@@ -37,7 +37,9 @@ async def test_a_bare_handler_never_runs_a_namespaced_dispatch(runtime: Runtime)
 
     crm_only = Recorder()
     crm_only.handlers = Handlers()
-    crm_only.handlers.register("transfer", crm_only.handle, namespace="crm")
+    crm_only.handlers.register(
+        "transfer", crm_only.handle, namespace="crm", requires_confirmation=False
+    )
     async with running(Executor(rt.settings, crm_only.handlers, group=group_of(rt, "crm"))):
         got = await wait_results(rt.settings, 2)
     assert [(c.key.call_id, c.namespace) for c in crm_only.calls] == [("call_crm", "crm")]

@@ -146,7 +146,7 @@ async def test_publish_dispatch_and_execution_share_one_trace(
     handlers = Handlers()
     ran: list[str] = []
 
-    @handlers.tool("get_weather", version="2")
+    @handlers.tool("get_weather", version="2", requires_confirmation=False)
     async def get_weather(call: Call) -> dict[str, Any]:
         ran.append(call.dispatch_id)
         return {"ok": True}
