@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from processor import cli_errors
+from processor.cli import errors as cli_errors
 from processor.executor import commands
 
 

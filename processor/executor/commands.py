@@ -21,7 +21,7 @@ topics create`` does (local demos; a deployment creates its topics once, beforeh
 
 Exit codes: 0 after a graceful stop (SIGTERM / SIGINT), 1 on a runtime failure, 69 when the
 broker stays unreachable for ``PROCESSOR_STARTUP_TIMEOUT_SECONDS`` (at start-up or later), 78 on
-a configuration problem (see :mod:`processor.cli_errors`).
+a configuration problem (see :mod:`processor.cli.errors`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from processor.cli_errors import CliError, classify
-from processor.cli_flags import KEYRING_HELP, add_connection_flags, load_settings
+from processor.cli.errors import CliError, classify
+from processor.cli.flags import KEYRING_HELP, add_connection_flags, load_settings
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.errors import ProcessorError
 from processor.executor.client import DEFAULT_GROUP, ExecutorClient
@@ -107,8 +107,8 @@ def _run_command(args: argparse.Namespace) -> int:
     verifier = verifier_for(settings, allow_unsigned=args.allow_unsigned_operators)
     registry = None
     if settings.tools_file is not None:
-        from processor.recursion import allow_deep_validation  # noqa: PLC0415
-        from processor.toolsfile import load_registry  # noqa: PLC0415
+        from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
+        from processor.cli.toolsfile import load_registry  # noqa: PLC0415
 
         allow_deep_validation()  # the tools load as in the worker, deep schemas included
         registry = load_registry(settings.tools_file)

@@ -112,7 +112,7 @@ def _mcp_settings(args: argparse.Namespace) -> McpSettings:
     }
     from pydantic import ValidationError  # noqa: PLC0415
 
-    from processor.cli_flags import settings_error  # noqa: PLC0415
+    from processor.cli.flags import settings_error  # noqa: PLC0415
 
     try:
         settings = McpSettings(**{k: v for k, v in overrides.items() if v is not None})
@@ -219,7 +219,7 @@ async def _import(args: argparse.Namespace, settings: McpSettings, spec: ServerS
 def _executor_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
-    from processor.cli_flags import load_settings  # noqa: PLC0415
+    from processor.cli.flags import load_settings  # noqa: PLC0415
     from processor.observability.logging import configure_logging  # noqa: PLC0415
 
     settings = load_settings(
@@ -244,13 +244,13 @@ def _executor_command(args: argparse.Namespace) -> int:
 async def _run_executor(
     args: argparse.Namespace, settings: Settings, mcp_settings: McpSettings, spec: ServerSpec
 ) -> int:
+    from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
+    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
     from processor.executor.client import ExecutorClient  # noqa: PLC0415
     from processor.executor.commands import serve, verifier_for  # noqa: PLC0415
     from processor.mcp.audit import AuditWriter  # noqa: PLC0415
     from processor.mcp.connection import McpConnection  # noqa: PLC0415
     from processor.mcp.tools import McpTools  # noqa: PLC0415
-    from processor.recursion import allow_deep_validation  # noqa: PLC0415
-    from processor.toolsfile import load_registry  # noqa: PLC0415
 
     allow_deep_validation()
     assert settings.tools_file is not None

@@ -31,7 +31,7 @@ from typing import IO, Any, Final
 import orjson
 from pydantic import ValidationError
 
-from processor.cli_flags import add_connection_flags, load_settings
+from processor.cli.flags import add_connection_flags, load_settings
 from processor.core.events import Audit, AuditOutcome, CallKey
 from processor.observability.terminal import printable, printable_json
 from processor.runtime.tail import read_records

@@ -53,8 +53,8 @@ import orjson
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from processor.cli_errors import CliError, ConfigInvalid, UsageError, classify
-from processor.cli_flags import add_connection_flags, load_settings
+from processor.cli.errors import CliError, ConfigInvalid, UsageError, classify
+from processor.cli.flags import add_connection_flags, load_settings
 from processor.core.errors import ConfigurationError, ProcessorError
 from processor.core.events import (
     CallConfirmed,

@@ -5,7 +5,7 @@
 (``PROCESSOR_*``, see :mod:`processor.settings`) and the flags below, flags winning. Secrets
 (SASL password, TLS key password) are read from the environment only, never from flags.
 
-Failures go through the CLI's error boundary (:mod:`processor.cli_errors`): 0 success,
+Failures go through the CLI's error boundary (:mod:`processor.cli.errors`): 0 success,
 1 runtime failure, 2 usage, 66 a file cannot be read, 69 Kafka unreachable, 77 not authorised,
 78 configuration (bad settings, registry or keyring, topics missing or not co-partitioned).
 """
@@ -19,9 +19,9 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from processor import cli_errors
-from processor.cli_errors import ConfigInvalid, ExitCode
-from processor.cli_flags import KEYRING_HELP, add_common_flags, load_settings
+from processor.cli import errors as cli_errors
+from processor.cli.errors import ConfigInvalid, ExitCode
+from processor.cli.flags import KEYRING_HELP, add_common_flags, load_settings
 from processor.core.authn import AllowUnsigned, CommandVerifier, NoKeyring
 from processor.observability.logging import configure_logging, fields
 from processor.runtime.clients import admin_client
@@ -133,9 +133,9 @@ def _worker_command(args: argparse.Namespace) -> int:
             where="--tools / PROCESSOR_TOOLS_FILE",
             hint="name the tool registry (YAML or JSON) the worker validates calls against",
         )
-    from processor.recursion import allow_deep_validation  # noqa: PLC0415
+    from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
+    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
     from processor.runtime.worker import run_worker  # noqa: PLC0415  (heavy imports)
-    from processor.toolsfile import load_registry  # noqa: PLC0415
 
     allow_deep_validation()  # also for the checks of a deep schema at load
     registry = load_registry(settings.tools_file)

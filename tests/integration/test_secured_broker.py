@@ -35,7 +35,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from processor.cli_errors import ExitCode
+from processor.cli.errors import ExitCode
 from processor.core.events import encode, turn_key
 from processor.ops import ctl as ctl_cli
 from processor.ops import doctor as doctor_cli

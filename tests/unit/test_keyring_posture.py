@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from processor.cli_errors import ExitCode
+from processor.cli.errors import ExitCode
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned, NoKeyring
 from processor.core.errors import ConfigurationError
