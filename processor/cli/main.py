@@ -33,13 +33,13 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "schemas": ("processor.cli.schemas", "JSON Schemas of the wire contract"),
     "states": ("processor.cli.offline", "print the call state machine (mermaid)"),
     "adapt": ("processor.cli.adapt", "normalise a provider stream into fragment events"),
-    "worker": ("processor.runtime.commands", "run one member of the assembler group"),
-    "topics": ("processor.runtime.commands", "create or describe the processor's topics"),
-    "tail": ("processor.runtime.commands", "print committed records of an output topic"),
+    "worker": ("processor.cli.worker", "run one member of the assembler group"),
+    "topics": ("processor.cli.topics", "create or describe the processor's topics"),
+    "tail": ("processor.cli.tail", "print committed records of an output topic"),
     "executor": ("processor.executor.commands", "run tool handlers on dispatched calls"),
     "tools": ("processor.mcp.commands", "tool registry files: import from an MCP server"),
     "ctl": ("processor.ops.ctl", "write control events and signed operator commands"),
-    "audit": ("processor.ops.audit", "list the audit trail of control and operator commands"),
+    "audit": ("processor.cli.tail", "list the audit trail of control and operator commands"),
     "doctor": ("processor.ops.doctor", "diagnose the deployment (hanging transactions)"),
 }
 DEBUG_HELP: Final = "print the traceback of a failure (also PROCESSOR_LOG_LEVEL=DEBUG)"

@@ -23,6 +23,7 @@ import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from processor.cli import errors as cli_errors
+from processor.cli import tail as tail_cli
 from processor.cli.toolsfile import load_registry
 from processor.core.events import TenantStopped, decode_input
 from processor.executor.records import ExecutionResult
@@ -82,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="processor")
     sub = parser.add_subparsers(dest="command", required=True)
     ctl_cli.register(sub)
-    audit_cli.register(sub)
+    tail_cli.register_audit(sub)
     return parser
 
 
