@@ -36,11 +36,11 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "worker": ("processor.cli.worker", "run one member of the assembler group"),
     "topics": ("processor.cli.topics", "create or describe the processor's topics"),
     "tail": ("processor.cli.tail", "print committed records of an output topic"),
-    "executor": ("processor.executor.commands", "run tool handlers on dispatched calls"),
-    "tools": ("processor.mcp.commands", "tool registry files: import from an MCP server"),
-    "ctl": ("processor.ops.ctl", "write control events and signed operator commands"),
+    "executor": ("processor.cli.executor", "run tool handlers on dispatched calls"),
+    "tools": ("processor.cli.tools", "tool registry files: import from an MCP server"),
+    "ctl": ("processor.cli.ctl", "write control events and signed operator commands"),
     "audit": ("processor.cli.tail", "list the audit trail of control and operator commands"),
-    "doctor": ("processor.ops.doctor", "diagnose the deployment (hanging transactions)"),
+    "doctor": ("processor.cli.doctor", "diagnose the deployment (hanging transactions)"),
 }
 DEBUG_HELP: Final = "print the traceback of a failure (also PROCESSOR_LOG_LEVEL=DEBUG)"
 VERSION_HELP: Final = "print the package's version and the wire contract's, and exit"
