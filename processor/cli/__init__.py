@@ -1,6 +1,6 @@
 """The ``processor`` command: the one package that parses arguments and prints.
 
-- :mod:`processor.cli.main` — the top-level parser (imports a command's module only when it runs)
+- :mod:`processor.cli.parser` — the top-level parser (imports a command's module only when it runs)
   and ``processor --version``;
 - :mod:`processor.cli.errors` — the error boundary: one line on stderr, a documented exit code;
 - :mod:`processor.cli.flags` — the Kafka connection flags and the settings built from them;
@@ -27,6 +27,6 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``processor`` command (the ``[project.scripts]`` entry point); its exit code."""
-    from processor.cli.main import main as run  # noqa: PLC0415  (the parser, on demand)
+    from processor.cli.parser import main as run  # noqa: PLC0415  (the parser, on demand)
 
     return run(argv)

@@ -2,6 +2,6 @@
 
 import sys
 
-from processor.cli.main import main
+from processor.cli.parser import main
 
 sys.exit(main())

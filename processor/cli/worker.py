@@ -1,6 +1,6 @@
 """``processor worker``: run one member of the assembler group (:mod:`processor.runtime.worker`).
 
-``register(subparsers)`` adds it to the ``processor`` command (see :mod:`processor.cli.main`);
+``register(subparsers)`` adds it to the ``processor`` command (see :mod:`processor.cli.parser`);
 ``python -m processor.runtime worker|topics|tail ...`` runs it (and ``topics``, ``tail``) on its
 own (:func:`main`). Settings come from the environment
 (``PROCESSOR_*``, see :mod:`processor.settings`) and the flags below, flags winning. Secrets

@@ -254,7 +254,7 @@ def test_usage_errors_exit_2() -> None:
 
 def test_the_parser_imports_only_the_command_it_runs() -> None:
     code = (
-        "import sys; import processor.cli.main as c; c.build_parser(sys.argv[1:]);"
+        "import sys; import processor.cli.parser as c; c.build_parser(sys.argv[1:]);"
         "print(sorted(m for m in ('pydantic', 'aiokafka', 'jsonschema') if m in sys.modules))"
     )
     for argv in ([], ["adapt", "--help"], ["replay"], ["states"], ["schemas"]):
@@ -265,7 +265,7 @@ def test_the_parser_imports_only_the_command_it_runs() -> None:
 
 
 def test_the_command_table_matches_the_registered_commands() -> None:
-    from processor.cli.main import COMMANDS, build_parser
+    from processor.cli.parser import COMMANDS, build_parser
 
     parser = build_parser()  # every module registers its commands
     actions = [a for a in parser._actions if a.dest == "command"]

@@ -33,9 +33,17 @@ def test_the_libraries_print_nothing(package: str) -> None:
 
 
 def test_the_commands_live_in_the_cli_package() -> None:
-    from processor.cli.main import COMMANDS
+    from processor.cli.parser import COMMANDS
 
     assert {module for module, _ in COMMANDS.values()} <= {
         f"processor.cli.{path.stem}"
         for path in (Path(processor.__file__).parent / "cli").glob("*.py")
     }
+
+
+def test_the_entry_point_stays_a_function_once_the_parser_is_imported() -> None:
+    """``processor = "processor.cli:main"``: no submodule of ``processor.cli`` shadows it."""
+    import processor.cli
+    import processor.cli.parser
+
+    assert callable(processor.cli.main)

@@ -149,7 +149,7 @@ def test_keyring_flag_repeats_and_takes_folders(tmp_path: Path, command: list[st
     """``--keyring`` (worker and executor): files and folders of keygen output, merged."""
     from processor.cli import executor as executor_commands
     from processor.cli import worker as runtime_commands
-    from processor.cli.main import build_parser
+    from processor.cli.parser import build_parser
     from processor.ops.signing import Keyring, keygen
 
     folder = tmp_path / "keys"
