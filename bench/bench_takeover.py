@@ -207,9 +207,9 @@ async def takeover(
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
+    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
     from processor.runtime import collector  # noqa: PLC0415
     from processor.settings import LimitsSettings  # noqa: PLC0415
-    from processor.toolsfile import load_registry  # noqa: PLC0415
 
     async def body(rt: Any) -> dict[str, Any]:
         owner_dir = rt.tmp_path / "owner-state"

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from processor.adapters.gemini import GeminiAdapter
     from processor.adapters.openai_chat import OpenAIChatAdapter
     from processor.adapters.openai_responses import OpenAIResponsesAdapter
+    from processor.cli.toolsfile import load_registry
     from processor.core.assembler import Assembler
     from processor.core.errors import (
         AdapterError,
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
     from processor.integrations.tee import TeeState, tee_stream, tee_stream_sync
     from processor.runtime.publish import BlockingPublisher, Publisher, publish_events
     from processor.settings import Settings
-    from processor.toolsfile import load_registry
 
 __version__: Final = "0.1.0"
 
@@ -104,7 +104,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "Assembler": "processor.core.assembler",
     "Limits": "processor.core.policy",
     "Registry": "processor.core.registry",
-    "load_registry": "processor.toolsfile",
+    "load_registry": "processor.cli.toolsfile",
     "CallDelta": "processor.core.events",
     "CallEnded": "processor.core.events",
     "CallKey": "processor.core.events",

@@ -57,7 +57,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from processor.adapters.base import TurnContext
-from processor.commands_adapt import adapt_stream, adapter_class
+from processor.cli.adapt import adapt_stream, adapter_class
 from processor.core.errors import AdapterError
 from processor.core.events import TurnStarted, encode, stable_id
 

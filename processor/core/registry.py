@@ -1,9 +1,9 @@
 """The tool registry: declarations, versions, explicit aliases, schemas compiled once.
 
 A registry is built from an already-parsed document (``{"tools": [...]}``); reading and parsing
-the file is :mod:`processor.toolsfile`'s job, so this module stays pure. Each tool's ``parameters``
-is a JSON Schema (Draft 2020-12), checked with ``check_schema`` and compiled once, with format
-checking on (the checkers of the formats it uses, :mod:`processor.core.formats`), by the
+the file is :mod:`processor.cli.toolsfile`'s job, so this module stays pure. Each tool's
+``parameters`` is a JSON Schema (Draft 2020-12), checked with ``check_schema`` and compiled once,
+with format checking on (the checkers of the formats it uses, :mod:`processor.core.formats`), by the
 validator of :mod:`processor.core.toolschema`, whose cost stays linear in the argument (it
 refuses at load a pattern it cannot run so). Aliases map an old name to this tool explicitly (a
 rename mid-release); a name is never guessed. Business validators are callables resolved by the

@@ -9,6 +9,7 @@
 - :mod:`processor.executor.barrier` — reading ``control`` up to "now" (and Kafka's murmur2);
 - :mod:`processor.executor.ledger` — the durable at-most-once ledger (claim before run);
 - :mod:`processor.executor.records` — :class:`ExecutionResult` and the ledger entries;
-- :mod:`processor.executor.commands` — ``processor executor run`` (and the registration of
-  ``processor executor mcp``, whose handler is a ``tools/call``: :mod:`processor.mcp`).
+
+The commands (``processor executor run|mcp``, ``python -m processor.executor``) are
+:mod:`processor.cli.executor`'s: this package parses no arguments and prints nothing.
 """

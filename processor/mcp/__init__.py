@@ -6,7 +6,9 @@
   dispatched call), the result mapping and its bounds, and the pinned definitions;
 - :mod:`processor.mcp.audit` — the audit record of a definition that departs from its pin;
 - :mod:`processor.mcp.settings` — how to reach the server (``PROCESSOR_MCP_*``, headers);
-- :mod:`processor.mcp.commands` — ``processor executor mcp`` and ``processor tools import-mcp``.
+
+Its commands, ``processor executor mcp`` and ``processor tools import-mcp``, are
+:mod:`processor.cli.executor`'s and :mod:`processor.cli.tools`'.
 
 The definition digests and the registry's ``mcp`` block are pure and live in
 :mod:`processor.core.mcp_pins`. The ``mcp`` SDK is imported only inside these modules'

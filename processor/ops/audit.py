@@ -1,4 +1,5 @@
-"""``processor audit``: list and filter the audit trail of control and operator commands.
+"""The audit trail of control and operator commands, read back and filtered (the library of
+``processor audit``, :mod:`processor.cli.tail`).
 
 Reads the ``audit`` topic with ``read_committed`` from the beginning up to the end offsets seen at
 start (so the listing is finite and holds only committed worker output), decodes each
@@ -18,26 +19,20 @@ affected call keys; never argument values.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import re
-import sys
-import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Any, Final
+from typing import Any, Final
 
-import orjson
 from pydantic import ValidationError
 
-from processor.cli_flags import add_connection_flags, load_settings
-from processor.core.events import Audit, AuditOutcome, CallKey
-from processor.observability.terminal import printable, printable_json
+from processor.core.events import Audit, CallKey
+from processor.observability.terminal import printable
 from processor.runtime.tail import read_records
 from processor.settings import Settings
 
-__all__ = ["AuditEntry", "AuditFilter", "merge", "parse_since", "read_audit", "register"]
+__all__ = ["AuditEntry", "AuditFilter", "merge", "parse_since", "read_audit"]
 
 _RELATIVE: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -143,49 +138,3 @@ async def read_audit(settings: Settings, *, timeout: float = 60.0) -> AsyncItera
 
 async def collect(settings: Settings, wanted: AuditFilter) -> list[AuditEntry]:
     return merge([r async for r in read_audit(settings) if wanted.matches(r)])
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("audit", help="list the audit trail of control and operator commands")
-    add_connection_flags(p)
-    p.add_argument("--tenant", help="only commands for this tenant")
-    p.add_argument("--command-type", help="e.g. tenant.stopped, call.confirmed")
-    p.add_argument("--outcome", choices=[o.value for o in AuditOutcome])
-    p.add_argument("--issued-by", help="only commands of this issuer")
-    p.add_argument("--command-id", help="one command")
-    p.add_argument("--since", help="30m, 2h, 1d, an ISO-8601 time, or epoch seconds")
-    p.add_argument("--json", action="store_true", help="one JSON object per entry")
-    p.set_defaults(func=_audit_command)
-
-
-def _audit_command(args: argparse.Namespace) -> int:
-    return run_audit(args, sys.stdout)
-
-
-def run_audit(args: argparse.Namespace, out: IO[str]) -> int:
-    settings = load_settings(args, "processor audit")
-    try:
-        since = parse_since(args.since, time.time()) if args.since else None
-    except ValueError as exc:
-        print(f"processor audit: {exc}", file=sys.stderr)
-        return 2
-    wanted = AuditFilter(
-        tenant=args.tenant,
-        command_type=args.command_type,
-        outcome=args.outcome,
-        issued_by=args.issued_by,
-        command_id=args.command_id,
-        since=since,
-    )
-    try:
-        entries = asyncio.run(collect(settings, wanted))
-    except LookupError as exc:
-        print(f"processor audit: {exc}", file=sys.stderr)
-        return 2
-    for entry in entries:
-        if args.json:
-            out.write(printable_json(orjson.dumps(entry.as_json()).decode()) + "\n")
-        else:
-            out.write(entry.line() + "\n")
-    out.flush()
-    return 0

@@ -2,6 +2,6 @@
 
 import sys
 
-from processor.runtime.commands import main
+from processor.cli.worker import main
 
 sys.exit(main())

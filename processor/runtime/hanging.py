@@ -27,7 +27,7 @@ a partition then is hanging. Without the permissions it raises :class:`Transacti
 is held (never commits over the open transaction), with one error log line and the
 ``toolcall_hanging_transaction_held`` gauge naming the partition and the command that frees it.
 
-``processor doctor transactions`` (:mod:`processor.ops.doctor`) lists them for an operator.
+``processor doctor transactions`` (:mod:`processor.cli.doctor`) lists them for an operator.
 """
 
 from __future__ import annotations

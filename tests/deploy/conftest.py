@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.cli import build_parser
+from processor.cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "toolcall-processor"

@@ -17,8 +17,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from processor.cli.toolsfile import load_registry
 from processor.settings import Settings
-from processor.toolsfile import load_registry
 from tests.deploy.conftest import CHART, cli_accepts
 
 FULL = CHART / "ci" / "full-values.yaml"

@@ -66,7 +66,7 @@ from processor.adapters.gemini import GeminiAdapter
 from processor.adapters.openai_chat import OpenAIChatAdapter
 from processor.adapters.openai_responses import OpenAIResponsesAdapter
 from processor.adapters.sse import iter_provider_events
-from processor.commands_offline import replay
+from processor.cli.offline import replay
 from processor.core.assembler import Assembler
 from processor.core.errors import AdapterError, LimitExceeded, MalformedJson, RecordRejected
 from processor.core.events import (

@@ -22,15 +22,16 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from processor import cli_errors
+from processor.cli import ctl as ctl_cli
+from processor.cli import errors as cli_errors
+from processor.cli import tail as tail_cli
+from processor.cli.toolsfile import load_registry
 from processor.core.events import TenantStopped, decode_input
 from processor.executor.records import ExecutionResult
 from processor.ops import audit as audit_cli
-from processor.ops import ctl as ctl_cli
 from processor.ops.ctl import ControlWriter, sign_command
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
 from processor.runtime.tail import read_records
-from processor.toolsfile import load_registry
 from tests.integration.conftest import Runtime, WorkerProcess, call_events, wait_until
 from tests.integration.test_executor_fence import (
     Executor,
@@ -82,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="processor")
     sub = parser.add_subparsers(dest="command", required=True)
     ctl_cli.register(sub)
-    audit_cli.register(sub)
+    tail_cli.register_audit(sub)
     return parser
 
 

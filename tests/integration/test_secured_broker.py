@@ -35,12 +35,12 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
 )
 
-from processor.cli_errors import ExitCode
+from processor.cli import ctl as ctl_cli
+from processor.cli import doctor as doctor_cli
+from processor.cli import topics as runtime_cli
+from processor.cli.errors import ExitCode
 from processor.core.events import encode, turn_key
-from processor.ops import ctl as ctl_cli
-from processor.ops import doctor as doctor_cli
 from processor.ops.signing import Keyring
-from processor.runtime import commands as runtime_cli
 from processor.runtime.acls import ResourceType, Role, acl_bindings, apply_acls
 from processor.runtime.clients import admin_client, discard_producer
 from processor.runtime.partitioner import partition_for

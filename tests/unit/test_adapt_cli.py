@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from processor.commands_adapt import detect_format
+from processor.cli.adapt import detect_format
 
 ROOT = Path(__file__).parents[2]
 DATA = ROOT / "tests" / "adapters" / "data"

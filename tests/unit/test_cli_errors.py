@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from processor import cli_errors
-from processor.cli_errors import ExitCode
+from processor.cli import errors as cli_errors
+from processor.cli.errors import ExitCode
 
 ROOT = Path(__file__).parents[2]
 TOOLS = str(ROOT / "examples" / "tools.yaml")
@@ -254,7 +254,7 @@ def test_usage_errors_exit_2() -> None:
 
 def test_the_parser_imports_only_the_command_it_runs() -> None:
     code = (
-        "import sys; import processor.cli as c; c.build_parser(sys.argv[1:]);"
+        "import sys; import processor.cli.parser as c; c.build_parser(sys.argv[1:]);"
         "print(sorted(m for m in ('pydantic', 'aiokafka', 'jsonschema') if m in sys.modules))"
     )
     for argv in ([], ["adapt", "--help"], ["replay"], ["states"], ["schemas"]):
@@ -265,7 +265,7 @@ def test_the_parser_imports_only_the_command_it_runs() -> None:
 
 
 def test_the_command_table_matches_the_registered_commands() -> None:
-    from processor.cli import COMMANDS, build_parser
+    from processor.cli.parser import COMMANDS, build_parser
 
     parser = build_parser()  # every module registers its commands
     actions = [a for a in parser._actions if a.dest == "command"]

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processor.cli.schema_export import check_schemas, schema_documents
 from processor.core.errors import InvalidTransition, RecordRejected
 from processor.core.events import decode_input
 from processor.core.states import ABSORBING, TRANSITIONS, CallState, Trigger, mermaid, next_state
-from processor.schema_export import check_schemas, schema_documents
 
 ROOT = Path(__file__).parents[2]
 

@@ -18,7 +18,7 @@ from aiokafka.structs import ConsumerRecord
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.commands_offline import output_line, replay
+from processor.cli.offline import output_line, replay
 from processor.core.assembler import Assembler
 from processor.core.errors import RecordRejected
 from processor.core.events import (

@@ -57,7 +57,7 @@ def test_the_cli_and_a_registry_without_costly_formats_do_not_load_their_librari
     out = python(
         """
         import sys
-        import processor.cli
+        import processor.cli.parser
         assert "jsonschema" not in sys.modules and "aiokafka" not in sys.modules
         from processor.core.registry import Registry
         Registry.from_document({"tools": [{"name": "t", "parameters": {

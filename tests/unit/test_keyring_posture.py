@@ -18,7 +18,8 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from processor.cli_errors import ExitCode
+from processor.cli import worker as worker_commands
+from processor.cli.errors import ExitCode
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned, NoKeyring
 from processor.core.errors import ConfigurationError
@@ -26,7 +27,6 @@ from processor.core.events import Audit, Dispatch, TenantResumed, TenantStopped
 from processor.core.policy import Limits
 from processor.observability import metrics
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
-from processor.runtime import commands as worker_commands
 from processor.settings import Settings
 from tests.unit.scenario import Call, registry, turn_started
 from tests.unit.test_cli_errors import TOOLS, assert_one_line, run

@@ -174,7 +174,7 @@ def test_the_mcp_commands_parse_without_importing_the_sdk() -> None:
     import sys
 
     code = (
-        "import sys; import processor.cli as c; c.build_parser(sys.argv[1:]);"
+        "import sys; import processor.cli.parser as c; c.build_parser(sys.argv[1:]);"
         "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
     )
     for argv in ([], ["tools", "import-mcp"], ["executor", "mcp"]):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import orjson
 
-from processor.commands_offline import replay
+from processor.cli.offline import replay
 from processor.core.assembler import Assembler
 from processor.core.events import DeadLetter, Dispatch, Ledger, encode
 from tests.unit.scenario import Call, registry, turn_started

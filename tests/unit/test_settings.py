@@ -147,10 +147,10 @@ def test_keyring_file_takes_one_path_several_or_none(
 @pytest.mark.parametrize("command", [["worker"], ["executor", "run", "--handlers", "m:h"]])
 def test_keyring_flag_repeats_and_takes_folders(tmp_path: Path, command: list[str]) -> None:
     """``--keyring`` (worker and executor): files and folders of keygen output, merged."""
-    from processor.cli import build_parser
-    from processor.executor import commands as executor_commands
+    from processor.cli import executor as executor_commands
+    from processor.cli import worker as runtime_commands
+    from processor.cli.parser import build_parser
     from processor.ops.signing import Keyring, keygen
-    from processor.runtime import commands as runtime_commands
 
     folder = tmp_path / "keys"
     keygen(folder, "ops-a", "alice", ["acme"])

@@ -156,7 +156,7 @@ async def test_the_same_cut_bytes_reach_the_same_verdict_offline_and_through_the
     import httpx2
     from anthropic.types import RawMessageStreamEvent
 
-    from processor.commands_adapt import adapt_stream
+    from processor.cli.adapt import adapt_stream
 
     raw = (sdk.DATA / "anthropic/text-then-tool-use.sse").read_bytes().rstrip(b"\n")
     assert raw.endswith(b'data: {"type":"message_stop"}')
@@ -201,7 +201,7 @@ async def test_the_tee_publishes_completed_only_when_the_sdk_stream_ends() -> No
     import httpx2
     from openai.types.chat import ChatCompletionChunk
 
-    from processor.commands_adapt import adapt_stream
+    from processor.cli.adapt import adapt_stream
 
     raw = _azure_filtered_body()
     stream = openai.AsyncStream(
@@ -230,7 +230,7 @@ def test_a_bedrock_exception_after_message_stop_ends_the_tee_and_adapt_in_error(
     from botocore.exceptions import EventStreamError
 
     from processor import tee_stream_sync
-    from processor.commands_adapt import adapt_stream
+    from processor.cli.adapt import adapt_stream
     from tests.adapters.test_eventstream import exception_frame
 
     recording = "bedrock-converse/nova-text-then-tooluse.eventstream"

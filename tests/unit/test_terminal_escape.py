@@ -19,7 +19,7 @@ from aiokafka.structs import ConsumerRecord
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.commands_offline import output_line, text_line
+from processor.cli.offline import output_line, text_line
 from processor.core.events import Audit, AuditOutcome, encode
 from processor.core.outputs import RecordSource, dead_letter
 from processor.observability.logging import JsonFormatter, fields

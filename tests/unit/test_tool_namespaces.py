@@ -99,7 +99,7 @@ def test_a_namespace_the_wire_cannot_carry_is_refused_at_load(bad: Any) -> None:
 
 
 def test_a_tools_file_declares_a_namespace(tmp_path: Any) -> None:
-    from processor.toolsfile import load_registry
+    from processor.cli.toolsfile import load_registry
 
     path = tmp_path / "tools.yaml"
     path.write_text(
@@ -298,7 +298,7 @@ def test_the_fence_stops_a_namespaced_dispatch_by_its_name_and_aliases() -> None
 
 
 def test_replay_lines_name_the_namespace() -> None:
-    from processor.commands_offline import output_line, text_line
+    from processor.cli.offline import output_line, text_line
 
     crm, bare = make_dispatch("crm"), make_dispatch(None)
     assert text_line(crm).startswith(b"DISPATCH  crm.transfer(")

@@ -579,7 +579,7 @@ def test_a_valid_argument_at_the_depth_limit_validates_in_the_worker_and_replay(
         import orjson
         from processor.core.registry import Registry
         from processor.core.validation import Rejected, Validated, validate_call
-        from processor.recursion import allow_deep_validation
+        from processor.cli.recursion import allow_deep_validation
         inner = {"type": "object", "additionalProperties": {"$ref": "#/$defs/n"}}
         for _ in range(8):
             inner = {"allOf": [inner]}

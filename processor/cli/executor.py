@@ -1,7 +1,8 @@
 """``processor executor run``: run an executor group member with handlers from a module.
+Also ``python -m processor.executor run ...`` (:func:`main`).
 
-(``processor executor mcp``, whose handler is a ``tools/call`` on an MCP server, is registered
-here and lives in :mod:`processor.mcp.commands`.)
+``processor executor mcp``: the same, whose handler is a ``tools/call`` on an MCP server
+(:mod:`processor.mcp`; its server flags are :mod:`processor.cli.tools`'s).
 
 ::
 
@@ -21,7 +22,7 @@ topics create`` does (local demos; a deployment creates its topics once, beforeh
 
 Exit codes: 0 after a graceful stop (SIGTERM / SIGINT), 1 on a runtime failure, 69 when the
 broker stays unreachable for ``PROCESSOR_STARTUP_TIMEOUT_SECONDS`` (at start-up or later), 78 on
-a configuration problem (see :mod:`processor.cli_errors`).
+a configuration problem (see :mod:`processor.cli.errors`).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-from processor.cli_errors import CliError, classify
-from processor.cli_flags import KEYRING_HELP, add_connection_flags, load_settings
+from processor.cli.errors import CliError, classify
+from processor.cli.flags import KEYRING_HELP, add_connection_flags, load_settings
+from processor.cli.tools import add_server_flags, mcp_settings, server_spec
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.errors import ProcessorError
 from processor.executor.client import DEFAULT_GROUP, ExecutorClient
@@ -45,6 +47,10 @@ from processor.observability.logging import configure_logging, fields
 from processor.runtime import topics as runtime_topics
 from processor.runtime.clients import admin_client
 from processor.settings import Settings
+
+if TYPE_CHECKING:
+    from processor.mcp.connection import ServerSpec
+    from processor.mcp.settings import McpSettings
 
 __all__ = ["add_executor_flags", "register", "serve", "verifier_for"]
 
@@ -66,8 +72,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument("--app-dir", default=".", help="put this folder on sys.path (default .)")
     add_executor_flags(run)
     run.set_defaults(func=_run_command)
-    from processor.mcp.commands import register_executor_mcp  # noqa: PLC0415  (argparse only)
-
     register_executor_mcp(sub, add_executor_flags)
 
 
@@ -107,8 +111,8 @@ def _run_command(args: argparse.Namespace) -> int:
     verifier = verifier_for(settings, allow_unsigned=args.allow_unsigned_operators)
     registry = None
     if settings.tools_file is not None:
-        from processor.recursion import allow_deep_validation  # noqa: PLC0415
-        from processor.toolsfile import load_registry  # noqa: PLC0415
+        from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
+        from processor.cli.toolsfile import load_registry  # noqa: PLC0415
 
         allow_deep_validation()  # the tools load as in the worker, deep schemas included
         registry = load_registry(settings.tools_file)
@@ -215,3 +219,104 @@ async def serve(client: ExecutorClient, *, create_topics: bool) -> int:
     if lost:
         raise lost[0]
     return 0
+
+
+def register_executor_mcp(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    add_executor_flags: Any,
+) -> None:
+    """Add ``executor mcp`` (``add_executor_flags`` adds ``executor run``'s shared flags)."""
+    mcp = sub.add_parser("mcp", help="run calls as tools/call on an MCP server")
+    add_server_flags(mcp)
+    add_executor_flags(mcp, default_group=None)
+    mcp.add_argument("--call-timeout", type=float, help="seconds for one tools/call (60)")
+    mcp.add_argument("--max-result-bytes", type=int, help="the largest result recorded (65536)")
+    mcp.set_defaults(func=_mcp_command)
+
+
+# ------------------------------------------------------------------------------ executor mcp
+
+
+def _mcp_command(args: argparse.Namespace) -> int:
+
+    settings = load_settings(
+        args,
+        "processor executor mcp",
+        tools_file=args.tools,
+        keyring_file=args.keyring,
+        metrics_port=args.metrics_port,
+    )
+    configure_logging(settings.log_level)
+    server = mcp_settings(args)
+    spec = server_spec(server, args)
+    if settings.tools_file is None:
+        from processor.core.errors import ConfigurationError  # noqa: PLC0415
+
+        raise ConfigurationError(
+            "missing_tools", "executor mcp needs the registry (--tools or PROCESSOR_TOOLS_FILE)"
+        )
+    return asyncio.run(_run_mcp_executor(args, settings, server, spec))
+
+
+async def _run_mcp_executor(
+    args: argparse.Namespace, settings: Settings, server: McpSettings, spec: ServerSpec
+) -> int:
+    from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
+    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
+    from processor.mcp.audit import AuditWriter  # noqa: PLC0415
+    from processor.mcp.connection import McpConnection  # noqa: PLC0415
+    from processor.mcp.tools import McpTools  # noqa: PLC0415
+
+    allow_deep_validation()
+    assert settings.tools_file is not None
+    registry = load_registry(settings.tools_file)
+    verifier = verifier_for(settings, allow_unsigned=args.allow_unsigned_operators)
+    audit = AuditWriter(settings)
+    tools: McpTools | None = None
+
+    async def on_listing(listing: Any) -> None:
+        if tools is not None:
+            await tools.check_listing(listing)
+
+    connection = McpConnection(
+        spec, on_listing=on_listing, connect_timeout_seconds=args.connect_timeout
+    )
+    tools = McpTools(
+        registry,
+        connection,
+        server_name=server.server_name,
+        call_timeout_seconds=server.call_timeout_seconds,
+        max_result_bytes=server.max_result_bytes,
+        on_change=audit.write,
+    )
+    await connection.start()
+    try:
+        client = ExecutorClient(
+            settings,
+            tools.handlers(),
+            verifier=verifier,
+            group=args.group or f"toolcall-mcp-{tools.server}",
+            executor_id=args.executor_id,
+            registry=registry,
+            barrier_timeout_seconds=args.barrier_timeout,
+            batch_size=args.batch_size,
+        )
+        return await serve(client, create_topics=args.create_topics)
+    finally:
+        await connection.stop()
+        await audit.stop()
+
+
+# ------------------------------------------------------------------------------ standalone
+
+
+def main() -> int:
+    """``python -m processor.executor run|mcp ...``."""
+    from processor.cli import errors as cli_errors  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m processor.executor")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    register(subparsers)
+    args = parser.parse_args(["executor", *sys.argv[1:]])
+    debug = cli_errors.debug_requested(sys.argv[1:])
+    return cli_errors.run("processor executor", lambda: int(args.func(args)), debug=debug)

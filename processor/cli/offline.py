@@ -1,5 +1,5 @@
-"""Offline commands: ``replay`` (incident review and the core's black-box harness),
-``schemas export|check`` and ``states`` (the transition table as a diagram).
+"""Offline commands: ``replay`` (incident review and the core's black-box harness) and
+``states`` (the transition table as a diagram); ``schemas`` is :mod:`processor.cli.schemas`.
 
 ``replay`` runs one Assembler over fragment and control events (one JSON object a line) and
 writes every output as one JSON line with a ``kind`` field. Time comes from the records
@@ -16,7 +16,6 @@ import functools
 import math
 import sys
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
@@ -52,15 +51,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="json: one output per line with a `kind` field; text: a line for people",
     )
     replay.set_defaults(func=_replay_command)
-
-    schemas = subparsers.add_parser("schemas", help="JSON Schemas of the wire contract")
-    schemas_sub = schemas.add_subparsers(dest="schemas_command", required=True)
-    export = schemas_sub.add_parser("export", help="write schemas/*.schema.json")
-    export.add_argument("--out", default="schemas", help="output folder")
-    export.set_defaults(func=lambda a: _export(Path(a.out)))
-    check = schemas_sub.add_parser("check", help="fail when schemas/ drifted from the models")
-    check.add_argument("--dir", default="schemas")
-    check.set_defaults(func=lambda a: _check(Path(a.dir)))
 
     states = subparsers.add_parser("states", help="print the call state machine (mermaid)")
     states.set_defaults(func=_states_command)
@@ -160,10 +150,10 @@ def _replay_verifier(keyring: list[str] | None) -> CommandVerifier:
 
 
 def _replay_command(args: argparse.Namespace) -> int:
+    from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
+    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
     from processor.core.assembler import Assembler  # noqa: PLC0415
     from processor.core.policy import Limits  # noqa: PLC0415
-    from processor.recursion import allow_deep_validation  # noqa: PLC0415
-    from processor.toolsfile import load_registry  # noqa: PLC0415
 
     allow_deep_validation()  # also for the checks of a deep schema at load
     registry = load_registry(args.tools)  # a RegistryError is one line (the CLI's boundary)
@@ -183,23 +173,6 @@ def _replay_command(args: argparse.Namespace) -> int:
         summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no outputs"
         print(f"replay: {summary}; open buffers={assembler.open_buffers}", file=sys.stderr)
     return 0
-
-
-def _export(folder: Path) -> int:
-    from processor.schema_export import export_schemas  # noqa: PLC0415
-
-    for path in export_schemas(folder):
-        print(path)
-    return 0
-
-
-def _check(folder: Path) -> int:
-    from processor.schema_export import check_schemas  # noqa: PLC0415
-
-    drift = check_schemas(folder)
-    for line in drift:
-        print(line, file=sys.stderr)
-    return 1 if drift else 0
 
 
 def _states_command(_args: argparse.Namespace) -> int:

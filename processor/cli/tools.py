@@ -1,4 +1,5 @@
-"""``processor executor mcp`` and ``processor tools import-mcp``: MCP servers, two commands.
+"""``processor tools import-mcp``, and the MCP server flags it shares with ``processor executor
+mcp`` (:mod:`processor.cli.executor`).
 
 ::
 
@@ -11,13 +12,13 @@
 entries of other servers and of no server are kept and this server's are replaced (a
 re-import). Each refused tool is one line on stderr.
 
-``executor mcp`` runs an executor group (default ``toolcall-mcp-<server name>``) whose handler
-for every tool the registry pins to this server is a ``tools/call``
-(:mod:`processor.mcp.tools`), with the executor client's fence and at-most-once ledger. A tool
-whose definition departs from its pin is refused, and each departure writes an audit record
-(``command_type`` ``mcp.tool_changed`` / ``mcp.tool_new`` / ``mcp.tool_removed``, outcome
-``rejected``). Reaching the server: :mod:`processor.mcp.settings`. Exit codes as ``processor
-executor run``.
+``executor mcp`` (registered and run by :mod:`processor.cli.executor`) runs an executor group
+(default ``toolcall-mcp-<server name>``) whose handler for every tool the registry pins to this
+server is a ``tools/call`` (:mod:`processor.mcp.tools`), with the executor client's fence and
+at-most-once ledger. A tool whose definition departs from its pin is refused, and each departure
+writes an audit record (``command_type`` ``mcp.tool_changed`` / ``mcp.tool_new`` /
+``mcp.tool_removed``, outcome ``rejected``). Reaching the server: :mod:`processor.mcp.settings`.
+Exit codes as ``processor executor run``.
 
 Only ``argparse`` is imported with this module: the ``mcp`` SDK, aiokafka and the rest load
 inside the commands.
@@ -33,14 +34,13 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from processor.mcp.connection import ServerSpec
     from processor.mcp.settings import McpSettings
-    from processor.settings import Settings
 
-__all__ = ["register", "register_executor_mcp"]
+__all__ = ["add_server_flags", "mcp_settings", "missing_sdk", "register", "server_spec"]
 
 MISSING_SDK: Final = "the MCP commands need the mcp SDK: pip install 'toolcall-processor[mcp]'"
 
 
-def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--server-command", help="start this command line as a stdio MCP server")
     where.add_argument("--server-url", help="a Streamable HTTP MCP endpoint")
@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tools = subparsers.add_parser("tools", help="tool registry files: import from an MCP server")
     sub = tools.add_subparsers(dest="tools_command", required=True, metavar="ACTION")
     imp = sub.add_parser("import-mcp", help="write a registry from an MCP server's tools/list")
-    _add_server_flags(imp)
+    add_server_flags(imp)
     imp.add_argument("-o", "--output", help="the registry file to write or update (- = stdout)")
     imp.add_argument(
         "--no-confirm-destructive",
@@ -82,27 +82,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     imp.set_defaults(func=_import_command)
 
 
-def register_executor_mcp(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-    add_executor_flags: Any,
-) -> None:
-    """Add ``executor mcp`` (``add_executor_flags`` adds ``executor run``'s shared flags)."""
-    mcp = sub.add_parser("mcp", help="run calls as tools/call on an MCP server")
-    _add_server_flags(mcp)
-    add_executor_flags(mcp, default_group=None)
-    mcp.add_argument("--call-timeout", type=float, help="seconds for one tools/call (60)")
-    mcp.add_argument("--max-result-bytes", type=int, help="the largest result recorded (65536)")
-    mcp.set_defaults(func=_executor_command)
-
-
 # ------------------------------------------------------------------------------ shared
 
 
-def _mcp_settings(args: argparse.Namespace) -> McpSettings:
+def mcp_settings(args: argparse.Namespace) -> McpSettings:
     try:
         from processor.mcp.settings import McpSettings  # noqa: PLC0415
     except ImportError as exc:  # pragma: no cover - the base install
-        raise _missing_sdk() from exc
+        raise missing_sdk() from exc
     overrides = {
         "server_command": args.server_command,
         "server_url": args.server_url,
@@ -112,7 +99,7 @@ def _mcp_settings(args: argparse.Namespace) -> McpSettings:
     }
     from pydantic import ValidationError  # noqa: PLC0415
 
-    from processor.cli_flags import settings_error  # noqa: PLC0415
+    from processor.cli.flags import settings_error  # noqa: PLC0415
 
     try:
         settings = McpSettings(**{k: v for k, v in overrides.items() if v is not None})
@@ -125,13 +112,13 @@ def _mcp_settings(args: argparse.Namespace) -> McpSettings:
     return settings
 
 
-def _spec(settings: McpSettings, args: argparse.Namespace) -> ServerSpec:
+def server_spec(settings: McpSettings, args: argparse.Namespace) -> ServerSpec:
     from processor.core.errors import ConfigurationError  # noqa: PLC0415
 
     try:
         import mcp  # noqa: F401, PLC0415
     except ImportError:
-        raise _missing_sdk() from None
+        raise missing_sdk() from None
     from processor.mcp.connection import ServerSpec  # noqa: PLC0415
     from processor.mcp.settings import headers_from_flags  # noqa: PLC0415
 
@@ -147,7 +134,7 @@ def _spec(settings: McpSettings, args: argparse.Namespace) -> ServerSpec:
         ) from None
 
 
-def _missing_sdk() -> Exception:
+def missing_sdk() -> Exception:
     from processor.core.errors import ConfigurationError  # noqa: PLC0415
 
     return ConfigurationError("missing_extra", MISSING_SDK)
@@ -159,8 +146,8 @@ def _missing_sdk() -> Exception:
 def _import_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
-    settings = _mcp_settings(args)
-    spec = _spec(settings, args)
+    settings = mcp_settings(args)
+    spec = server_spec(settings, args)
     return asyncio.run(_import(args, settings, spec))
 
 
@@ -211,82 +198,3 @@ async def _import(args: argparse.Namespace, settings: McpSettings, spec: ServerS
         file=sys.stderr,
     )
     return 0 if result.entries or not result.refused else 1
-
-
-# ------------------------------------------------------------------------------ executor mcp
-
-
-def _executor_command(args: argparse.Namespace) -> int:
-    import asyncio  # noqa: PLC0415
-
-    from processor.cli_flags import load_settings  # noqa: PLC0415
-    from processor.observability.logging import configure_logging  # noqa: PLC0415
-
-    settings = load_settings(
-        args,
-        "processor executor mcp",
-        tools_file=args.tools,
-        keyring_file=args.keyring,
-        metrics_port=args.metrics_port,
-    )
-    configure_logging(settings.log_level)
-    mcp_settings = _mcp_settings(args)
-    spec = _spec(mcp_settings, args)
-    if settings.tools_file is None:
-        from processor.core.errors import ConfigurationError  # noqa: PLC0415
-
-        raise ConfigurationError(
-            "missing_tools", "executor mcp needs the registry (--tools or PROCESSOR_TOOLS_FILE)"
-        )
-    return asyncio.run(_run_executor(args, settings, mcp_settings, spec))
-
-
-async def _run_executor(
-    args: argparse.Namespace, settings: Settings, mcp_settings: McpSettings, spec: ServerSpec
-) -> int:
-    from processor.executor.client import ExecutorClient  # noqa: PLC0415
-    from processor.executor.commands import serve, verifier_for  # noqa: PLC0415
-    from processor.mcp.audit import AuditWriter  # noqa: PLC0415
-    from processor.mcp.connection import McpConnection  # noqa: PLC0415
-    from processor.mcp.tools import McpTools  # noqa: PLC0415
-    from processor.recursion import allow_deep_validation  # noqa: PLC0415
-    from processor.toolsfile import load_registry  # noqa: PLC0415
-
-    allow_deep_validation()
-    assert settings.tools_file is not None
-    registry = load_registry(settings.tools_file)
-    verifier = verifier_for(settings, allow_unsigned=args.allow_unsigned_operators)
-    audit = AuditWriter(settings)
-    tools: McpTools | None = None
-
-    async def on_listing(listing: Any) -> None:
-        if tools is not None:
-            await tools.check_listing(listing)
-
-    connection = McpConnection(
-        spec, on_listing=on_listing, connect_timeout_seconds=args.connect_timeout
-    )
-    tools = McpTools(
-        registry,
-        connection,
-        server_name=mcp_settings.server_name,
-        call_timeout_seconds=mcp_settings.call_timeout_seconds,
-        max_result_bytes=mcp_settings.max_result_bytes,
-        on_change=audit.write,
-    )
-    await connection.start()
-    try:
-        client = ExecutorClient(
-            settings,
-            tools.handlers(),
-            verifier=verifier,
-            group=args.group or f"toolcall-mcp-{tools.server}",
-            executor_id=args.executor_id,
-            registry=registry,
-            barrier_timeout_seconds=args.barrier_timeout,
-            batch_size=args.batch_size,
-        )
-        return await serve(client, create_topics=args.create_topics)
-    finally:
-        await connection.stop()
-        await audit.stop()

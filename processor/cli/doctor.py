@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import orjson
 
-from processor.cli_flags import add_connection_flags, load_settings
+from processor.cli.flags import add_connection_flags, load_settings
 
 __all__ = ["register"]
 

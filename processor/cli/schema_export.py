@@ -1,4 +1,5 @@
-"""Generating ``schemas/*.schema.json`` from the wire-contract models, and detecting drift."""
+"""Generating ``schemas/*.schema.json`` from the wire-contract models, and detecting drift
+(``processor schemas export|check``, :mod:`processor.cli.schemas`)."""
 
 from __future__ import annotations
 
