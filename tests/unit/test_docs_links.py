@@ -114,10 +114,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 def cli_tree() -> dict[str, frozenset[str] | None]:
     """Each command of the CLI's parser, built in full by the CLI's own code, with the names of
     its sub-commands (None for a command that has none)."""
-    cli = importlib.import_module("processor.cli")
-    build = getattr(cli, "build_parser", None)
-    if build is None:  # the parser's builder in a module of the cli package
-        build = importlib.import_module("processor.cli.main").build_parser
+    build = importlib.import_module("processor.cli.parser").build_parser
     commands = _subcommands(build())
     assert commands, "the CLI parser has no commands"
     tree: dict[str, frozenset[str] | None] = {}
