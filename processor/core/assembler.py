@@ -39,28 +39,24 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from processor.core import outputs
-from processor.core.authn import CommandVerifier, NoKeyring
+from processor.core.assembly_state import _later
 from processor.core.buffer import CallBuffer, DeltaOutcome
+from processor.core.changelog import Changelog, StateChange
 from processor.core.control import (
     COMMAND_CLASS,
     Command,
     CommandClass,
-    ControlState,
     Flag,
     Verdict,
     cancel_reason,
     command_scope,
     command_state_key,
-    decode_state_value,
-    encode_state_value,
     judge_command,
     response_state_key,
     tenant_state_key,
@@ -68,12 +64,7 @@ from processor.core.control import (
     tool_state_key,
     turn_state_key,
 )
-from processor.core.errors import (
-    AssemblyError,
-    DuplicateConflict,
-    RecordRejected,
-    SequenceGap,
-)
+from processor.core.errors import AssemblyError, DuplicateConflict, RecordRejected, SequenceGap
 from processor.core.events import (
     AuditOutcome,
     CallConfirmed,
@@ -98,16 +89,12 @@ from processor.core.events import (
     UserState,
     decode_input,
     decode_input_value,
-    decode_key,
-    encode_key,
     event_time,
     stable_id,
-    trusted_call_key,
 )
-from processor.core.inert import CallTuple, InertCall, call_tuple
 from processor.core.outputs import RecordSource
-from processor.core.policy import Limits, fair_share_payers, permission
-from processor.core.registry import DispatchOn, Registry, ToolDeclaration, ValidationContext
+from processor.core.policy import fair_share_payers, permission
+from processor.core.registry import DispatchOn, ToolDeclaration, ValidationContext
 from processor.core.states import CallState, TerminalReason, Trigger
 from processor.core.validation import Rejected, validate_call
 
@@ -133,76 +120,8 @@ _VOIDABLE = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class StateChange:
-    """One changelog record: a state key and its new value (``None`` deletes it)."""
-
-    key: str
-    value: bytes | None
-
-
-class Assembler:
+class Assembler(Changelog):
     """Owns the call buffers and control state of one partition."""
-
-    def __init__(
-        self,
-        registry: Registry,
-        limits: Limits | None = None,
-        *,
-        verifier: CommandVerifier | None = None,
-    ) -> None:
-        self.registry = registry
-        self.limits = limits or Limits()
-        # never ``verifier or ...``: an empty keyring is falsy, and must not mean "unsigned ok"
-        self.verifier: CommandVerifier = NoKeyring() if verifier is None else verifier
-        self.calls: dict[CallKey, CallBuffer] = {}  # not yet terminal
-        # the same buffers by key tuple: a tuple hashes and compares in C, a CallKey model in
-        # Python, and the per-delta path looks a call up by the event's ids without a model
-        self._live: dict[CallTuple, CallBuffer] = {}
-        # terminal calls, compact (processor.core.inert), until retention or the count bound
-        self.inert: dict[CallTuple, InertCall] = {}
-        self.control = ControlState()
-        self._dirty: set[str] = set()
-        self._fresh: set[str] = set()  # text keys first written since the last drain
-        # fragment events older than this are stale: the count bound forgot calls ended before it
-        self._evicted_before = 0.0
-        # indexes over the open buffers only, so no hot path walks the inert ones
-        self._active: dict[CallTuple, CallBuffer] = {}
-        # (max bytes, max deltas) per declared tool name as written (None: no tool yet), for
-        # the limits and registry they were computed from
-        self._bounds: dict[str | tuple[str, str] | None, tuple[int, int]] = {}
-        self._bounds_limits: Limits | None = None
-        self._bounds_registry: Registry | None = None
-        self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
-        self._open_per_tenant: dict[str, int] = {}
-        self._open_total = 0
-        # the byte_count of the buffers in ``_active``, kept as they change (a gauge the worker
-        # reads every iteration: a sum over 10,000 open buffers would cost it milliseconds)
-        self._buffered_bytes = 0
-        self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
-        self.turn_evictions = 0  # turn records forgotten to make room (max_turns*)
-        self._ended: deque[tuple[float, CallTuple]] = deque()  # in order of ended_at
-        self._ended_sorted = True
-        self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
-        # validated calls waiting for their response's end or for the control barrier
-        self._awaiting: dict[CallKey, CallBuffer] = {}
-        self._awaiting_rank: dict[CallKey, int] = {}  # order of entry, to release in that order
-        self._awaiting_seq = 0
-        # of those, the ones held by the barrier only: key → (barrier, order of entry); and
-        # the same as a heap of (barrier, order, push, key), so advancing control finds the calls
-        # it frees without a scan (entries whose key left or moved on are skipped when popped;
-        # ``push`` is unique, so keys are never compared)
-        self._barrier_held: dict[CallKey, tuple[int, int]] = {}
-        self._held_heap: list[tuple[int, int, int, CallKey]] = []
-        self._held_seq = 0
-        self._held_pushes = 0
-        self._recheck_awaiting = False  # after a restore: look at every awaiting call once
-        self._control_position: int | None = None  # how far this partition's control is applied
-        # terminal candidates waiting for their turn's binding while control is not yet applied
-        # up to their barrier (the binding may be there): key → barrier, about in barrier order
-        self._unbound_lagging: dict[CallKey, int] = {}
-        self.late_events = 0  # events for absorbing calls, ignored (a delivery condition)
-        self.duplicate_deltas = 0
 
     # ================================================================== entry points
 
@@ -431,8 +350,6 @@ class Assembler:
         """Fragment events older than this are stale (0.0: the count bound never forgot)."""
         return self._evicted_before
 
-    # ================================================================== fragments
-
     def _on_call_event(
         self,
         event: CallStarted | CallDelta | CallEnded,
@@ -655,8 +572,6 @@ class Assembler:
             for buf in sorted(waiting, key=lambda b: rank[b.key]):
                 self._try_release(buf, now, out)
 
-    # ================================================================== validation & dispatch
-
     def _try_validate(
         self, buf: CallBuffer, text: bytes | None, now: float, out: list[OutputRecord]
     ) -> None:
@@ -772,8 +687,6 @@ class Assembler:
         out.append(outputs.dispatch(buf, confirmation, now))
         self._terminate(buf, TerminalReason.DISPATCHED, now, out)
 
-    # ================================================================== control: turns and users
-
     def _on_turn_started(self, event: TurnStarted, now: float, out: list[OutputRecord]) -> None:
         if self.control.turn(event.tenant, event.turn_id) is None and not self._room_for_turn(
             event.tenant
@@ -868,8 +781,6 @@ class Assembler:
         if written > buf.expires_at:
             return "expired"
         return None
-
-    # ================================================================== control: operators
 
     def _on_operator(
         self, event: OperatorCommand, now: float, written: float, out: list[OutputRecord]
@@ -974,312 +885,14 @@ class Assembler:
             out.append(outputs.audit(event, AuditOutcome.REJECTED, "replayed", [], now))
         return None
 
-    def _stop(
-        self,
-        bufs: Iterable[CallBuffer],
-        reason: TerminalReason,
-        now: float,
-        out: list[OutputRecord],
-    ) -> list[CallKey]:
-        affected = []
-        for buf in bufs:
-            if not buf.state.absorbing:
-                affected.append(buf.key)
-                self._terminate(buf, reason, now, out)
-        return affected
-
-    def _turn_calls(self, tenant: str, turn_id: str) -> list[CallBuffer]:
-        """The open buffers of one turn (a copy: callers terminate while iterating)."""
-        return list(self._active_by_turn.get((tenant, turn_id), {}).values())
-
-    # ================================================================== terminal bookkeeping
-
-    def _count(self, buf: CallBuffer) -> None:
-        """Index an open buffer and count it against the open-buffer limits until terminal."""
-        buf.counted = True
-        key = buf.key
-        self._active[key.as_tuple] = buf
-        self._active_by_turn.setdefault((key.tenant, key.turn_id), {})[key] = buf
-        self._open_per_tenant[key.tenant] = self._open_per_tenant.get(key.tenant, 0) + 1
-        self._open_total += 1
-        self._buffered_bytes += buf.byte_count
-
-    def _await(self, buf: CallBuffer) -> None:
-        self._awaiting[buf.key] = buf
-        self._awaiting_seq += 1
-        self._awaiting_rank[buf.key] = self._awaiting_seq
-
-    def _uncount(self, buf: CallBuffer) -> None:
-        self._awaiting.pop(buf.key, None)
-        self._awaiting_rank.pop(buf.key, None)
-        self._barrier_held.pop(buf.key, None)
-        self._unbound_lagging.pop(buf.key, None)
-        if not buf.counted:
-            return
-        buf.counted = False
-        key = buf.key
-        del self._active[key.as_tuple]
-        self._buffered_bytes -= buf.byte_count
-        turn = self._active_by_turn[(key.tenant, key.turn_id)]
-        del turn[key]
-        if not turn:
-            del self._active_by_turn[(key.tenant, key.turn_id)]
-        self._open_total -= 1
-        count = self._open_per_tenant[key.tenant] - 1
-        if count > 0:
-            self._open_per_tenant[key.tenant] = count
-        else:
-            del self._open_per_tenant[key.tenant]
-
-    def _terminate(
-        self, buf: CallBuffer, reason: TerminalReason, now: float, out: list[OutputRecord]
-    ) -> None:
-        self._uncount(buf)
-        self._mark_texts(buf, buf.terminate(reason, now))
-        key = buf.key.as_tuple
-        self.calls.pop(buf.key, None)
-        self._live.pop(key, None)
-        last_ts = max(buf.last_ts, now)
-        self.inert[key] = InertCall(buf.state, buf.reason, buf.terminal_event_id, now, last_ts)
-        self._ended.append((now, key))
-        self._touch(buf)
-        out.append(outputs.ledger(buf, now))
-        out.append(outputs.terminal_status(buf, now))
-        while len(self.inert) > self.limits.max_inert_calls and self._evict_oldest():
-            pass
-
-    def _touch(self, buf: CallBuffer) -> None:
-        self._mark(buf.state_key)
-
-    def _drop_text(self, buf: CallBuffer) -> None:
-        self._mark_texts(buf, buf.drop_text())
-
-    def _mark_texts(self, buf: CallBuffer, positions: Iterable[int]) -> None:
-        prefix = buf.text_key_prefix  # _text_key, inlined
-        self._dirty.update([f"{prefix}{position}]" for position in positions])
-
-    def _mark(self, key: str) -> None:
-        self._dirty.add(key)
-
-    def _sort_ended(self) -> None:
-        if not self._ended_sorted:
-            self._ended = deque(sorted(self._ended, key=lambda e: e[0]))
-            self._ended_sorted = True
-
-    def _evict_oldest(self) -> bool:
-        """The count bound (``Limits.max_inert_calls``): forget the oldest terminal call before
-        its retention ends, and make fragment events stale up to the latest ``ts`` its own
-        events carried (not its end in worker time: an event's ``ts`` may run up to the clock
-        skew ahead), so no replay of a call forgotten early can open it again. False when
-        nothing was left to forget."""
-        self._sort_ended()
-        while self._ended:
-            ended_at, key = self._ended.popleft()
-            inert = self.inert.get(key)
-            if inert is not None and inert.ended_at == ended_at:
-                del self.inert[key]
-                self._mark(_call_state_key(key))
-                self._close_behind(inert.last_ts)
-                return True
-        return False
-
-    def _close_behind(self, last_ts: float) -> None:
-        """Fragment events dated up to ``last_ts`` are stale from now on."""
-        if last_ts > self._evicted_before:
-            self._evicted_before = last_ts
-            self._mark(_HORIZON_KEY)
-
-    def _forget(self, horizon: float) -> None:
-        """Drop inert facts older than the retention window (bounded memory, invariant 5).
-
-        Turns and responses also go once older than what the count bound forgot (the events
-        that could still need them are refused as stale); seen command ids have their own bound.
-        """
-        self._sort_ended()
-        while self._ended and self._ended[0][0] < horizon:
-            ended_at, key = self._ended.popleft()
-            inert = self.inert.get(key)
-            if inert is not None and inert.ended_at == ended_at:
-                del self.inert[key]
-                self._mark(_call_state_key(key))
-                if inert.last_ts >= horizon:  # its events' ts may run past the retention
-                    self._close_behind(inert.last_ts)
-        control = self.control
-        # a turn or response last seen at t had events dated up to t + skew: forgotten only
-        # once all of those are stale, so a quarantine or a cancel never reopens on a replay
-        facts = max(horizon, self._evicted_before) - self.limits.max_clock_skew_seconds
-        for tk in control.forget_turns(facts, self._active_by_turn):
-            self._mark(turn_state_key(*tk))
-        for rk in control.forget_responses(facts):
-            self._mark(response_state_key(*rk))
-        for scope, seen in list(control.seen_commands.items()):
-            # seen at t, its issued_at is at most t + skew: kept until a replay of it is stale
-            if seen.at < horizon - self.limits.max_clock_skew_seconds:
-                del control.seen_commands[scope]
-                self._mark(command_state_key(scope))
-
-    # ================================================================== outputs
-
-    def _declaration(self, buf: CallBuffer) -> Any:
-        resolution = self.registry.resolve(buf.tool, buf.namespace) if buf.tool else None
-        return resolution.declaration if resolution else None
-
-    # ================================================================== changelog
-
-    def drain_changes(self) -> list[StateChange]:
-        """The state records changed since the last drain, for the changelog topic."""
-        changes = []
-        for key in sorted(self._dirty):
-            value = self._snapshot_entry(key)
-            if value is None and key in self._fresh:
-                continue  # written and dropped between two drains: never in the changelog
-            encoded = encode_state_value(value) if value is not None else None
-            changes.append(StateChange(key, encoded))
-        self._dirty.clear()
-        self._fresh.clear()
-        return changes
-
-    def _snapshot_entry(self, key: str) -> Any:
-        if key.startswith("call:"):
-            call_key = _call_key(key[5:])
-            buf = self.calls.get(call_key)
-            if buf is not None:
-                return buf.snapshot()
-            inert = self.inert.get(call_key.as_tuple)
-            return inert.snapshot(call_key.as_tuple) if inert else None
-        if key == _HORIZON_KEY:
-            return {"evicted_before": self._evicted_before} if self._evicted_before else None
-        if key.startswith("text:"):
-            call_key, position = _parse_text_key(key)
-            buf = self.calls.get(call_key)
-            return buf.texts.get(position) if buf else None
-        return self.control.snapshot_entry(key)
-
-    def restore(self, key: str, value: bytes | None) -> str | None:
-        """Apply one changelog record (the last one per key wins, as in a compacted topic).
-
-        Returns None, or why the record was skipped: a key or value this version cannot read
-        (a damaged or foreign record) changes nothing; the runtime logs and counts it.
-        """
-        try:
-            data = decode_state_value(value) if value is not None else None
-            self._restore(key, data)
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-            # the type only: a message could quote a key or a value (argument text)
-            return f"unreadable record ({type(exc).__name__})"
-        return None
-
-    def _restore(self, key: str, data: Any) -> None:
-        if key.startswith("text:"):
-            call_key, position = _parse_text_key(key)
-            owner = self.calls.get(call_key)
-            if data is not None and not isinstance(data, str):
-                raise TypeError("a text record holds a string")
-            if owner is not None:
-                texts = owner.texts
-            elif data is None:  # a text dropped after its call ended: nothing to keep
-                held = self._restored_texts.get(call_key)
-                if held is not None:
-                    held.pop(position, None)
-                    if not held:
-                        del self._restored_texts[call_key]
-                return
-            else:
-                texts = self._restored_texts.setdefault(call_key, {})
-            if data is None:
-                texts.pop(position, None)
-            else:
-                texts[position] = data
-            return
-        if key.startswith("call:"):
-            parts = call_tuple(decode_key(key[5:]))
-            if data is not None and not isinstance(data, dict):
-                raise TypeError("a call record holds an object")
-            inert: InertCall | None = None
-            buf: CallBuffer | None = None
-            if data is not None:
-                if call_tuple(data.get("key")) != parts:
-                    raise ValueError("the value names another call than the key")
-                skew = self.limits.max_clock_skew_seconds
-                if CallState(data["state"]).absorbing:
-                    inert = InertCall.from_snapshot(data)
-                else:
-                    buf = CallBuffer.from_snapshot(data)
-                    buf.last_ts = (buf.last_activity or 0.0) + skew
-            # a CallKey model only when a live buffer or held texts may exist (restores of
-            # terminal calls are the bulk of a long changelog: no model for each)
-            live_key = _restored_key(*parts) if self.calls or self._restored_texts else None
-            old = self.calls.pop(live_key, None) if live_key is not None else None
-            self._live.pop(parts, None)
-            if old is not None:
-                self._uncount(old)
-            self.inert.pop(parts, None)
-            if inert is not None:
-                if live_key is not None:
-                    self._restored_texts.pop(live_key, None)
-                self.inert[parts] = inert
-                self._ended.append((inert.ended_at, parts))
-                self._ended_sorted = False
-            elif buf is not None:
-                live_key = buf.key
-                buf.texts = old.texts if old else self._restored_texts.pop(live_key, {})
-                self.calls[live_key] = buf
-                self._live[live_key.as_tuple] = buf
-                self._count(buf)
-                if buf.state is CallState.AWAITING_RESPONSE:
-                    self._await(buf)
-                    self._recheck_awaiting = True
-            return
-        if key == _HORIZON_KEY:
-            before = 0.0 if data is None else float(data["evicted_before"])
-            self._evicted_before = before
-            return
-        self.control.restore_entry(key, data)
-
 
 # ====================================================================== helpers
 
 
-_HORIZON_KEY = "meta:evicted_before"
 _FRAGMENT_EVENTS = (CallStarted, CallDelta, CallEnded, ResponseEnded)
 
 
-def _call_state_key(key: CallTuple) -> str:
-    return "call:" + encode_key(key)
-
-
-def _text_key(buf: CallBuffer, position: int) -> str:
-    """``"text:" + encode_key((*key, position))``, from the buffer's cached encoded key.
-
-    Both forms of :func:`encode_key` end with ``]`` and write an int part as its digits, so
-    appending the position to the encoded key gives the same text.
-    """
-    return f"{buf.text_key_prefix}{position}]"
-
-
-def _parse_text_key(key: str) -> tuple[CallKey, int]:
-    t, u, r, i, c, position = decode_key(key[5:])
-    return _restored_key(t, u, r, i, c), int(position)
-
-
-def _call_key(encoded: str) -> CallKey:
-    t, u, r, i, c = decode_key(encoded)
-    return _restored_key(t, u, r, i, c)
-
-
 _VALIDATED_STATES = frozenset({CallState.AWAITING_RESPONSE, CallState.VALIDATED})
-
-
-def _later(a: int | None, b: int | None) -> int | None:
-    """The later of two barriers (None = no barrier)."""
-    if a is None:
-        return b
-    return a if b is None else max(a, b)
-
-
-def _restored_key(t: str, u: str, r: str, i: str, c: str) -> CallKey:
-    """A call key read back from the changelog: it was validated when first seen."""
-    return trusted_call_key(t, u, r, i, c)
 
 
 _ERROR_REASON = {
