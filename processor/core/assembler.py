@@ -38,16 +38,13 @@ one ordered stream) nothing is held.
 from __future__ import annotations
 
 import functools
-import heapq
 from collections.abc import Callable
-from typing import Any
-
-import orjson
 
 from processor.core import outputs
 from processor.core.assembly_state import _later
+from processor.core.binding import TurnBinding
 from processor.core.buffer import CallBuffer, DeltaOutcome
-from processor.core.changelog import Changelog, StateChange
+from processor.core.changelog import StateChange
 from processor.core.control import (
     COMMAND_CLASS,
     Command,
@@ -79,7 +76,6 @@ from processor.core.events import (
     OutputRecord,
     ResponseEnded,
     ResponseQuarantined,
-    ResponseStatus,
     TenantResumed,
     TenantStopped,
     ToolDisabled,
@@ -90,37 +86,14 @@ from processor.core.events import (
     decode_input,
     decode_input_value,
     event_time,
-    stable_id,
 )
 from processor.core.outputs import RecordSource
-from processor.core.policy import fair_share_payers, permission
-from processor.core.registry import DispatchOn, ToolDeclaration, ValidationContext
 from processor.core.states import CallState, TerminalReason, Trigger
-from processor.core.validation import Rejected, validate_call
 
 __all__ = ["Assembler", "RecordSource", "StateChange"]
 
-_RESPONSE_END_REASON = {
-    ResponseStatus.COMPLETED: TerminalReason.INCOMPLETE,  # the response ended, the call did not
-    ResponseStatus.INCOMPLETE: TerminalReason.INCOMPLETE,
-    ResponseStatus.FAILED: TerminalReason.RESPONSE_FAILED,
-    ResponseStatus.ERROR: TerminalReason.RESPONSE_FAILED,
-    ResponseStatus.CANCELLED: TerminalReason.RESPONSE_FAILED,
-    ResponseStatus.NOT_CHOSEN: TerminalReason.NOT_CHOSEN,
-}
-# states that a voiding response verdict makes inert: everything not yet acted on
-_VOIDABLE = frozenset(
-    {
-        CallState.ABSENT,
-        CallState.COLLECTING,
-        CallState.TERMINAL_CANDIDATE,
-        CallState.AWAITING_RESPONSE,
-        CallState.VALIDATED,
-    }
-)
 
-
-class Assembler(Changelog):
+class Assembler(TurnBinding):
     """Owns the call buffers and control state of one partition."""
 
     # ================================================================== entry points
@@ -237,57 +210,6 @@ class Assembler(Changelog):
             case _:
                 self._on_operator(event, now, written, out)
         return out
-
-    def advance_control(self, position: int, now: float) -> list[OutputRecord]:
-        """This partition's ``control`` is applied up to ``position`` (its next offset).
-
-        Releases the calls that were held only until that position; returns their outputs.
-        """
-        if self._control_position is not None and position <= self._control_position:
-            if not self._recheck_awaiting:
-                return []
-        else:
-            self._control_position = position
-        out: list[OutputRecord] = []
-        lagging = self._unbound_lagging
-        while lagging:  # inserted about in barrier order: the front passes first
-            key, barrier = next(iter(lagging.items()))
-            if barrier > position:
-                break
-            del lagging[key]
-        if self._recheck_awaiting:
-            self._recheck_awaiting = False
-            waiting = list(self._awaiting.values())
-        else:
-            held, heap, freed = self._barrier_held, self._held_heap, []
-            while heap and heap[0][0] <= position:
-                barrier, seq, _, key = heapq.heappop(heap)
-                if held.get(key) == (barrier, seq):
-                    freed.append((seq, key))
-            freed.sort()  # in their order of entry, as a scan of ``held`` would find them
-            waiting = [self._awaiting[key] for _, key in freed]
-        for buf in waiting:
-            self._try_release(buf, now, out)
-        return out
-
-    @property
-    def control_position(self) -> int | None:
-        return self._control_position
-
-    @property
-    def holds_for_control(self) -> bool:
-        """Whether some call waits for ``control`` to be applied further."""
-        return bool(self._barrier_held) or bool(self._unbound_lagging) or self._recheck_awaiting
-
-    @property
-    def waiting_for_control(self) -> int:
-        """How many open calls wait for ``control`` to be applied up to their barrier: held by
-        it after validation, or waiting for their turn's binding, which may be before it.
-
-        The runtime's back-pressure (:mod:`processor.runtime.partition`): reading fragments far
-        ahead of control on a backlog would keep every call read open until control catches up.
-        """
-        return len(self._barrier_held) + len(self._unbound_lagging)
 
     def tick(self, now: float) -> list[OutputRecord]:
         """Expire idle buffers, unbound candidates, unanswered confirmations; forget old state."""
@@ -418,31 +340,6 @@ class Assembler(Changelog):
             self._mark(turn_state_key(key.tenant, key.turn_id))
         return buf
 
-    def _capacity_refusal(
-        self, tenant: str, now: float, out: list[OutputRecord]
-    ) -> TerminalReason | None:
-        """Admit a new call of ``tenant``, or say why not (``buffer_limit``).
-
-        A tenant holds at most ``max_open_buffers_per_tenant`` open buffers. When the partition
-        holds ``max_open_buffers``, the call is still admitted if its tenant holds fewer than
-        the largest holder: that holder's least recently active buffer fails ``buffer_limit``
-        (audited in the ledger and status) to make room. So many tenants, or one, filling the
-        partition cannot shut out a tenant holding less than they do; a tenant that is itself
-        the largest holder is refused instead.
-        """
-        held = self._open_per_tenant.get(tenant, 0)
-        if held >= self.limits.max_open_buffers_per_tenant:
-            return TerminalReason.BUFFER_LIMIT
-        if self._open_total < self.limits.max_open_buffers:
-            return None
-        payers = fair_share_payers(self._open_per_tenant, tenant)
-        if payers == [tenant]:
-            return TerminalReason.BUFFER_LIMIT
-        victim = next(b for b in self._active.values() if b.key.tenant in payers)
-        self.evictions += 1
-        self._terminate(victim, TerminalReason.BUFFER_LIMIT, now, out)
-        return None
-
     def _apply_start(self, buf: CallBuffer, event: CallStarted) -> None:
         if buf.tool is None:
             buf.tool, buf.namespace, buf.actor = event.tool, event.namespace, event.actor
@@ -526,206 +423,6 @@ class Assembler(Changelog):
         if declaration is not None or not tool:
             self._bounds[slot] = found
         return found
-
-    def _on_response_ended(
-        self, event: ResponseEnded, now: float, barrier: int | None, out: list[OutputRecord]
-    ) -> None:
-        """The response's verdict: its open calls end; its validated calls act or become inert.
-
-        The first verdict stands, except that a later voiding one still voids what has not
-        acted yet (two provider finals that disagree fail safe); nothing revives a voided call.
-        """
-        reason = _RESPONSE_END_REASON[event.status]
-        completed = event.status is ResponseStatus.COMPLETED
-        record = self.control.ensure_response(event.tenant, event.turn_id, event.response_id, now)
-        if record.ended is None or (record.completed and not completed):
-            record.ended = reason.value
-            record.completed = completed
-            record.barrier = barrier
-            record.provider_reason = event.reason or event.status.value
-            self._mark(response_state_key(event.tenant, event.turn_id, event.response_id))
-        elif not record.completed:
-            completed = False  # voided before: a later "completed" revives nothing
-            reason = TerminalReason(record.ended)
-        voided: list[CallKey] = []
-        for buf in self._turn_calls(event.tenant, event.turn_id):
-            if buf.key.response_id != event.response_id:
-                continue
-            if buf.state in (CallState.ABSENT, CallState.COLLECTING):
-                buf.provider_reason = record.provider_reason
-                self._terminate(buf, reason, now, out)
-            elif completed:
-                continue  # released below, in the order their terminals validated
-            elif buf.state in _VOIDABLE:
-                buf.provider_reason = record.provider_reason
-                voided.append(buf.key)
-                self._terminate(buf, reason, now, out)
-        if voided:
-            out.append(outputs.response_audit(event, voided, now))
-        if completed:  # the turn's awaiting calls of this response, in the order they entered
-            rank = self._awaiting_rank
-            waiting = [
-                b
-                for b in self._turn_calls(event.tenant, event.turn_id)
-                if b.key in rank and b.key.response_id == event.response_id
-            ]
-            for buf in sorted(waiting, key=lambda b: rank[b.key]):
-                self._try_release(buf, now, out)
-
-    def _try_validate(
-        self, buf: CallBuffer, text: bytes | None, now: float, out: list[OutputRecord]
-    ) -> None:
-        """Validate a terminal candidate once its turn is bound; then permission and dispatch."""
-        turn = self.control.turn(buf.key.tenant, buf.key.turn_id)
-        if turn is None or turn.actor is None:
-            if buf.awaiting_binding_since is None:
-                buf.awaiting_binding_since = now
-                self._touch(buf)
-            barrier, position = buf.barrier, self._control_position
-            if barrier is not None and (position is None or position < barrier):
-                self._unbound_lagging[buf.key] = barrier
-            return
-        self._unbound_lagging.pop(buf.key, None)
-        registry = self.registry
-        resolution = registry.resolve(buf.tool or "", buf.namespace)
-        if resolution is None:
-            namespace = buf.namespace
-            unknown_namespace = namespace is not None and namespace not in registry.namespaces
-            buf.validation_result = "unknown_namespace" if unknown_namespace else "unknown_tool"
-            self._terminate(buf, TerminalReason.UNKNOWN_TOOL, now, out)
-            return
-        declaration = resolution.declaration
-        buf.tool_name, buf.tool_version = declaration.name, declaration.version
-        buf.alias_used = resolution.alias_used
-        if text is None:
-            text = buf.text()
-        actor = turn.actor
-
-        def ctx() -> ValidationContext:  # made only for a tool with business validators
-            return ValidationContext(
-                tenant=buf.key.tenant,
-                turn_id=buf.key.turn_id,
-                actor=actor,
-                tool=declaration.name,
-                tool_version=declaration.version,
-                namespace=declaration.namespace,
-            )
-
-        result = validate_call(text, declaration, ctx)
-        if isinstance(result, Rejected):
-            buf.parse_result, buf.validation_result = result.parse_result, result.validation_result
-            self._terminate(buf, result.reason, now, out)
-            return
-        buf.parse_result, buf.validation_result = "ok", "ok"
-        if buf.provider_arguments is not None and not _same_json(
-            buf.provider_arguments, result.arguments
-        ):
-            self._terminate(buf, TerminalReason.ARGUMENTS_MISMATCH, now, out)
-            return
-        denied = permission(
-            declaration, tenant=buf.key.tenant, call_actor=buf.actor or "", bound_actor=turn.actor
-        )
-        if denied is None and self._tool_disabled(buf.key.tenant, declaration):
-            denied = TerminalReason.TOOL_DISABLED
-        if denied is not None:
-            self._terminate(buf, denied, now, out)
-            return
-        buf.fire(Trigger.VALIDATE)
-        buf.arguments, buf.args_digest = result.arguments, result.args_digest
-        buf.awaiting_binding_since = None
-        buf.validated_at = now
-        self._drop_text(buf)  # the validated object is all we keep now
-        self._await(buf)
-        self._touch(buf)
-        self._try_release(buf, now, out)
-
-    def _try_release(self, buf: CallBuffer, now: float, out: list[OutputRecord]) -> None:
-        """Act on an awaiting call once its response completed and the barrier is applied."""
-        if buf.state is not CallState.AWAITING_RESPONSE:
-            return
-        declaration = self._declaration(buf)
-        if declaration is None:  # the registry cannot change under a running Assembler
-            self._terminate(buf, TerminalReason.UNKNOWN_TOOL, now, out)
-            return
-        key = buf.key
-        response = self.control.response(key.tenant, key.turn_id, key.response_id)
-        completed = response is not None and response.completed
-        if not completed and declaration.dispatch_on is DispatchOn.RESPONSE_END:
-            return  # waits for the response's verdict (or expires)
-        barrier = _later(buf.barrier, response.barrier if response and completed else None)
-        if barrier is not None and (
-            self._control_position is None or self._control_position < barrier
-        ):
-            held = self._barrier_held.get(key)
-            if held is None or held[0] != barrier:
-                if held is None:
-                    self._held_seq += 1
-                seq = self._held_seq if held is None else held[1]
-                self._barrier_held[key] = (barrier, seq)
-                self._held_pushes += 1
-                heapq.heappush(self._held_heap, (barrier, seq, self._held_pushes, key))
-            return
-        self._barrier_held.pop(key, None)
-        del self._awaiting[key]
-        del self._awaiting_rank[key]
-        buf.fire(Trigger.RELEASE)
-        if declaration.requires_confirmation:
-            buf.expires_at = now + declaration.confirmation_ttl_seconds
-            self._touch(buf)
-            out.append(outputs.proposal(buf, now))
-            message = "Waiting for your confirmation."
-            out.append(outputs.status(buf, UserState.AWAITING_CONFIRMATION, False, message, now))
-            return
-        self._dispatch(buf, None, now, out)
-
-    def _dispatch(
-        self, buf: CallBuffer, confirmation: str | None, now: float, out: list[OutputRecord]
-    ) -> None:
-        assert buf.arguments is not None and buf.args_digest is not None
-        assert buf.tool_name is not None and buf.terminal_event_id is not None
-        buf.dispatch_id = stable_id("dispatch", buf.encoded_key, buf.terminal_event_id)
-        out.append(outputs.dispatch(buf, confirmation, now))
-        self._terminate(buf, TerminalReason.DISPATCHED, now, out)
-
-    def _on_turn_started(self, event: TurnStarted, now: float, out: list[OutputRecord]) -> None:
-        if self.control.turn(event.tenant, event.turn_id) is None and not self._room_for_turn(
-            event.tenant
-        ):
-            out.append(outputs.audit(event, AuditOutcome.REJECTED, "turn_limit", [], now))
-            return
-        turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
-        if turn.actor is not None and turn.actor != event.actor:
-            out.append(outputs.audit(event, AuditOutcome.REJECTED, "actor_rebind", [], now))
-            return
-        turn.actor, turn.session = event.actor, event.session
-        self._mark(turn_state_key(event.tenant, event.turn_id))
-        for buf in self._turn_calls(event.tenant, event.turn_id):
-            if buf.state is CallState.TERMINAL_CANDIDATE:
-                self._try_validate(buf, None, now, out)
-
-    def _room_for_turn(self, tenant: str) -> bool:
-        """Make room for a new turn record of ``tenant`` within ``max_turns`` and
-        ``max_turns_per_tenant``, which count the turns that are not cancelled (a cancellation
-        is kept for safety and counts against nothing a tenant could be starved by): forget the
-        oldest such turn without an open call of the tenant that pays by the fair-share rule
-        (:func:`fair_share_payers`, as for open buffers: the tenant holding the most, or this
-        tenant when it holds as much as any other or is at its own cap). False when none can
-        go: the turn.started is refused (``turn_limit``)."""
-        by_tenant = self.control.bindings_by_tenant
-        if len(by_tenant.get(tenant, ())) >= self.limits.max_turns_per_tenant:
-            return self._forget_oldest_turn(tenant)
-        if self.control.binding_count < self.limits.max_turns:
-            return True
-        return any(self._forget_oldest_turn(t) for t in fair_share_payers(by_tenant, tenant))
-
-    def _forget_oldest_turn(self, tenant: str) -> bool:
-        for turn_id in self.control.bindings_by_tenant.get(tenant, ()):
-            if (tenant, turn_id) not in self._active_by_turn:  # at most its open calls skipped
-                self.control.drop_turn(tenant, turn_id)
-                self._mark(turn_state_key(tenant, turn_id))
-                self.turn_evictions += 1
-                return True
-        return False
 
     def _on_turn_cancelled(self, event: TurnCancelled, now: float, out: list[OutputRecord]) -> None:
         outcome = self._admit(event, now, out)
@@ -850,12 +547,6 @@ class Assembler(Changelog):
             return names
         return frozenset({self._canonical_tool(buf.tool or "")})
 
-    def _tool_disabled(self, tenant: str, declaration: ToolDeclaration) -> bool:
-        """Whether a switch for ``tenant`` (or every tenant) names the declared tool: by its
-        name or an alias, in any namespace (a switch names no namespace)."""
-        disabled = self.control.tool_disabled
-        return any(disabled(tenant, n) for n in self.registry.switch_names(declaration))
-
     def _admit(self, event: Command, now: float, out: list[OutputRecord]) -> AuditOutcome | None:
         """Replay protection (``control.judge_command``): the outcome to audit once the command
         is applied, or None when it must not be (audited here: ``duplicate`` or ``replayed``).
@@ -907,10 +598,3 @@ _ERROR_REASON = {
 
 def _reason_for(exc: AssemblyError) -> TerminalReason:
     return _ERROR_REASON.get(exc.reason, TerminalReason.MALFORMED_JSON)
-
-
-def _same_json(provider_text: str, arguments: dict[str, Any]) -> bool:
-    try:
-        return bool(orjson.loads(provider_text) == arguments)
-    except orjson.JSONDecodeError:
-        return False
