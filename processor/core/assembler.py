@@ -33,6 +33,24 @@ when the applied position has reached the barriers of its terminal events (its `
 and its response's ``response.ended``), so every control record committed before them has
 been applied first, whatever the batches. Without barriers (offline replay, in-process use of
 one ordered stream) nothing is held.
+
+Where the rules live. This module is the facade: it owns the entry points (``handle_record``,
+``handle_parsed``, ``handle_decoded``, ``handle`` routing each event to its owner, ``tick`` with
+the expiry of waiting calls) and the statistics the runtime reads; it must not hold a rule of its
+own beyond routing and expiry. :class:`Assembler` is one object built in layers, each a base of
+the next and calling only the layers below it (why layers and not collaborators:
+:mod:`processor.core.assembly_state`):
+
+* :mod:`~processor.core.assembly_state`: every field of the state, the open-buffer indexes and
+  the dirty keys;
+* :mod:`~processor.core.forgetting`: terminating calls; the retention window and count bounds;
+* :mod:`~processor.core.changelog`: ``drain_changes`` and ``restore``;
+* :mod:`~processor.core.gating`: response verdicts, the control barrier, release and dispatch;
+* :mod:`~processor.core.binding`: turn bindings, admission (fair share), validation on binding;
+* :mod:`~processor.core.control_commands`: cancellation, confirmation, operator commands, replay
+  protection;
+* :mod:`~processor.core.fragments`: ``call.started`` / ``call.delta`` / ``call.ended`` (the
+  per-delta path).
 """
 
 from __future__ import annotations
@@ -41,29 +59,10 @@ import functools
 from collections.abc import Callable
 
 from processor.core import outputs
-from processor.core.assembly_state import _later
-from processor.core.binding import TurnBinding
-from processor.core.buffer import CallBuffer, DeltaOutcome
+from processor.core.buffer import CallBuffer
 from processor.core.changelog import StateChange
-from processor.core.control import (
-    COMMAND_CLASS,
-    Command,
-    CommandClass,
-    Flag,
-    Verdict,
-    cancel_reason,
-    command_scope,
-    command_state_key,
-    judge_command,
-    response_state_key,
-    tenant_state_key,
-    tool_slot,
-    tool_state_key,
-    turn_state_key,
-)
-from processor.core.errors import AssemblyError, DuplicateConflict, RecordRejected, SequenceGap
+from processor.core.errors import RecordRejected
 from processor.core.events import (
-    AuditOutcome,
     CallConfirmed,
     CallDelta,
     CallDenied,
@@ -72,29 +71,27 @@ from processor.core.events import (
     CallStarted,
     DeadLetter,
     InputEvent,
-    OperatorCommand,
     OutputRecord,
     ResponseEnded,
-    ResponseQuarantined,
-    TenantResumed,
-    TenantStopped,
-    ToolDisabled,
-    ToolEnabled,
     TurnCancelled,
     TurnStarted,
-    UserState,
     decode_input,
     decode_input_value,
     event_time,
 )
+from processor.core.fragments import Fragments
 from processor.core.outputs import RecordSource
-from processor.core.states import CallState, TerminalReason, Trigger
+from processor.core.states import CallState, TerminalReason
 
 __all__ = ["Assembler", "RecordSource", "StateChange"]
 
 
-class Assembler(TurnBinding):
-    """Owns the call buffers and control state of one partition."""
+class Assembler(Fragments):
+    """Owns the call buffers and control state of one partition.
+
+    ``Assembler(registry, limits=None, *, verifier=None)``; the fields are declared in
+    :class:`processor.core.assembly_state.AssemblyState`, the rules in the layers it builds on.
+    """
 
     # ================================================================== entry points
 
@@ -272,329 +269,5 @@ class Assembler(TurnBinding):
         """Fragment events older than this are stale (0.0: the count bound never forgot)."""
         return self._evicted_before
 
-    def _on_call_event(
-        self,
-        event: CallStarted | CallDelta | CallEnded,
-        now: float,
-        barrier: int | None,
-        out: list[OutputRecord],
-    ) -> None:
-        ids = (event.tenant, event.turn_id, event.response_id, event.item_id, event.call_id)
-        if ids in self.inert:
-            self.late_events += 1  # a replay of a call that is already terminal
-            return
-        buf = self._live.get(ids)
-        is_new = False
-        if buf is not None:
-            if buf.state in _VALIDATED_STATES:
-                self.late_events += 1  # a replay of a call whose fragments are already complete
-                return
-            refusal = self.control.refusal(ids[0], ids[1], ids[2])
-            if refusal is not None:
-                self._terminate(buf, refusal, now, out)
-                return
-        else:
-            key = event.key
-            refusal = self.control.refusal(ids[0], ids[1], ids[2])
-            if refusal is None:
-                refusal = self._capacity_refusal(key.tenant, now, out)
-            buf = self._new_buffer(key, now, refusal is None)
-            if refusal is not None:
-                buf.last_ts = event.ts
-                buf.provider = event.provider
-                self._terminate(buf, refusal, now, out)
-                return
-            is_new = True
-        buf.last_ts = max(buf.last_ts, event.ts)
-        buf.last_activity = max(buf.last_activity, now)
-        if buf.counted:  # keep ``_active`` in order of activity, least recent first
-            active = self._active
-            active[ids] = active.pop(ids)
-        if not buf.provider:
-            buf.provider = event.provider
-        try:
-            if isinstance(event, CallDelta):
-                self._apply_delta(buf, event)
-            elif isinstance(event, CallStarted):
-                self._apply_start(buf, event)
-            else:
-                buf.barrier = _later(buf.barrier, barrier)
-                self._apply_end(buf, event, now, out)
-        except AssemblyError as exc:
-            buf.parse_result = buf.parse_result or exc.reason
-            self._terminate(buf, _reason_for(exc), now, out)
-            return
-        if is_new and buf.state is CallState.COLLECTING:
-            out.insert(
-                0, outputs.status(buf, UserState.PREPARING, False, "Preparing the request.", now)
-            )
-        self._dirty.add(buf._state_key or buf.state_key)  # _touch
-
-    def _new_buffer(self, key: CallKey, now: float, opens: bool) -> CallBuffer:
-        buf = CallBuffer(key=key, started_at=now, last_activity=now)
-        self.calls[key] = buf
-        self._live[key.as_tuple] = buf
-        if opens:
-            self._count(buf)
-            self.control.ensure_turn(key.tenant, key.turn_id, now)
-            self._mark(turn_state_key(key.tenant, key.turn_id))
-        return buf
-
-    def _apply_start(self, buf: CallBuffer, event: CallStarted) -> None:
-        if buf.tool is None:
-            buf.tool, buf.namespace, buf.actor = event.tool, event.namespace, event.actor
-            self._check_tool_bounds(buf)  # deltas may have arrived first, under partition limits
-        elif (buf.tool, buf.namespace, buf.actor) != (event.tool, event.namespace, event.actor):
-            raise DuplicateConflict(
-                detail="call.started repeated with a different tool, namespace or actor"
-            )
-        if buf.state is CallState.ABSENT or buf.state is CallState.COLLECTING:
-            buf.fire(Trigger.START)
-        # a start after the end (terminal_candidate waiting for binding) adds nothing
-
-    def _apply_delta(self, buf: CallBuffer, event: CallDelta) -> None:
-        if buf.state is CallState.TERMINAL_CANDIDATE:
-            if buf.texts.get(event.seq) == event.delta:
-                buf.duplicate_count += 1
-                self.duplicate_deltas += 1
-                return
-            raise SequenceGap(detail="a delta arrived after the terminal event")
-        max_bytes, max_deltas = self._call_bounds(buf.tool, buf.namespace)
-        limits = self.limits
-        seq = event.seq
-        before = buf.byte_count
-        outcome = buf.add_delta(
-            seq,
-            event.delta,
-            max_bytes=max_bytes,
-            max_deltas=max_deltas,
-            max_window=limits.max_reorder_window,
-            depth=limits.max_depth,
-        )
-        if outcome is DeltaOutcome.DUPLICATE:
-            self.duplicate_deltas += 1
-        else:
-            if buf.counted:
-                self._buffered_bytes += buf.byte_count - before
-            text_key = f"{buf._text_key_prefix or buf.text_key_prefix}{seq}]"  # _text_key
-            dirty = self._dirty
-            if text_key not in dirty:
-                self._fresh.add(text_key)  # new: if it goes before the drain, it is never written
-            dirty.add(text_key)
-        if buf.state is CallState.ABSENT:
-            buf.fire(Trigger.DELTA)
-
-    def _apply_end(
-        self, buf: CallBuffer, event: CallEnded, now: float, out: list[OutputRecord]
-    ) -> None:
-        if buf.state is CallState.TERMINAL_CANDIDATE:
-            if event.terminal_event_id != buf.terminal_event_id:
-                raise DuplicateConflict(detail="a second, different terminal event")
-            return  # the same terminal redelivered
-        if buf.tool is None:
-            raise SequenceGap(detail="terminal event without call.started")
-        self._check_tool_bounds(buf)  # every per-tool bound holds at the terminal, in any order
-        text = buf.finish(event.seq, self.limits.max_depth)
-        buf.terminal_event_id = event.terminal_event_id
-        buf.provider_arguments = event.arguments
-        buf.fire(Trigger.END)
-        buf.parse_result = "complete"
-        self._touch(buf)
-        self._try_validate(buf, text, now, out)
-
-    def _check_tool_bounds(self, buf: CallBuffer) -> None:
-        max_bytes, max_deltas = self._call_bounds(buf.tool, buf.namespace)
-        buf.check_bounds(max_bytes=max_bytes, max_deltas=max_deltas)
-
-    def _call_bounds(self, tool: str | None, namespace: str | None) -> tuple[int, int]:
-        """``(limits.call_bytes(d), limits.call_deltas(d))`` for the declaration ``d`` that
-        ``tool`` in ``namespace`` resolves to (None: no tool yet, or an unknown one), cached per
-        declared identity; unknown names are not cached (a model may write any number of them)."""
-        if self._bounds_limits is not self.limits or self._bounds_registry is not self.registry:
-            self._bounds = {}
-            self._bounds_limits, self._bounds_registry = self.limits, self.registry
-        slot = tool if namespace is None or tool is None else (namespace, tool)
-        found = self._bounds.get(slot)
-        if found is not None:
-            return found
-        resolution = self.registry.resolve(tool, namespace) if tool else None
-        declaration = resolution.declaration if resolution else None
-        found = (self.limits.call_bytes(declaration), self.limits.call_deltas(declaration))
-        if declaration is not None or not tool:
-            self._bounds[slot] = found
-        return found
-
-    def _on_turn_cancelled(self, event: TurnCancelled, now: float, out: list[OutputRecord]) -> None:
-        outcome = self._admit(event, now, out)
-        if outcome is None:
-            return
-        reason = cancel_reason(event.reason)
-        turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
-        if turn.cancelled is None:
-            self.control.cancel_turn(turn, reason.value)
-            self._mark(turn_state_key(event.tenant, event.turn_id))
-        affected = self._stop(self._turn_calls(event.tenant, event.turn_id), reason, now, out)
-        out.append(outputs.audit(event, outcome, None, affected, now))
-
-    def _on_confirmed(
-        self, event: CallConfirmed, now: float, written: float, out: list[OutputRecord]
-    ) -> None:
-        if self._admit(event, now, out) is None:
-            return
-        buf = self.calls.get(event.key)
-        problem = self._confirmation_problem(buf, event.actor, written)
-        if problem is None and buf is not None and buf.args_digest != event.args_digest:
-            problem = "digest_mismatch"
-        if problem is not None or buf is None:
-            if problem == "expired" and buf is not None:
-                self._terminate(buf, TerminalReason.CONFIRMATION_EXPIRED, now, out)
-            out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
-            return
-        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
-        self._dispatch(buf, event.command_id, now, out)
-
-    def _on_denied(
-        self, event: CallDenied, now: float, written: float, out: list[OutputRecord]
-    ) -> None:
-        outcome = self._admit(event, now, out)
-        if outcome is None:
-            return
-        buf = self.calls.get(event.key)
-        problem = self._confirmation_problem(buf, event.actor, written)
-        if problem is not None or buf is None:
-            out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
-            return
-        out.append(outputs.audit(event, outcome, None, [buf.key], now))
-        self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
-
-    def _confirmation_problem(
-        self, buf: CallBuffer | None, actor: str, written: float
-    ) -> str | None:
-        if buf is None or buf.state is not CallState.VALIDATED or buf.expires_at is None:
-            return "not_awaiting_confirmation"
-        turn = self.control.turn(buf.key.tenant, buf.key.turn_id)
-        if turn is None or turn.actor != actor:
-            return "wrong_actor"
-        if written > buf.expires_at:
-            return "expired"
-        return None
-
-    def _on_operator(
-        self, event: OperatorCommand, now: float, written: float, out: list[OutputRecord]
-    ) -> None:
-        rejection = self.verifier.verify(event, written)
-        if rejection is not None:
-            out.append(outputs.audit(event, AuditOutcome.REJECTED, rejection, [], now))
-            return
-        outcome = self._admit(event, now, out)
-        if outcome is None:
-            return
-        affected: list[CallKey] = []
-        flag = Flag(command_id=event.command_id, reason=event.reason, set_at=now)
-        match event:
-            case ResponseQuarantined():
-                key = (event.tenant, event.turn_id, event.response_id)
-                self.control.ensure_response(*key, now).quarantined = True
-                self._mark(response_state_key(*key))
-                affected = self._stop(
-                    [b for b in self._turn_calls(*key[:2]) if b.key.response_id == key[2]],
-                    TerminalReason.QUARANTINED,
-                    now,
-                    out,
-                )
-            case ToolDisabled():
-                tool = self._canonical_tool(event.tool)
-                self.control.disabled_tools[(tool_slot(event.tenant), tool)] = flag
-                self._mark(tool_state_key(event.tenant, tool))
-                affected = self._stop(
-                    [
-                        b
-                        for b in self._active.values()
-                        if event.tenant in (None, b.key.tenant) and tool in self._switch_names(b)
-                    ],
-                    TerminalReason.TOOL_DISABLED,
-                    now,
-                    out,
-                )
-            case ToolEnabled():
-                tool = self._canonical_tool(event.tool)
-                self.control.disabled_tools.pop((tool_slot(event.tenant), tool), None)
-                self._mark(tool_state_key(event.tenant, tool))
-            case TenantStopped():
-                self.control.stopped_tenants[event.tenant] = flag
-                self._mark(tenant_state_key(event.tenant))
-                affected = self._stop(
-                    [b for b in self._active.values() if b.key.tenant == event.tenant],
-                    TerminalReason.TENANT_STOPPED,
-                    now,
-                    out,
-                )
-            case TenantResumed():
-                self.control.stopped_tenants.pop(event.tenant, None)
-                self._mark(tenant_state_key(event.tenant))
-        out.append(outputs.audit(event, outcome, None, affected, now))
-
-    def _canonical_tool(self, name: str) -> str:
-        """The name a tool switch naming ``name`` is kept under (switches have no namespace)."""
-        return self.registry.canonical_switch(name)
-
-    def _switch_names(self, buf: CallBuffer) -> frozenset[str]:
-        """The switch names that stop ``buf``'s call: those of the tool its (namespace, name)
-        resolves to, else its name as written (canonical as a switch name)."""
-        declaration = self._declaration(buf)
-        if declaration is not None:
-            names: frozenset[str] = self.registry.switch_names(declaration)
-            return names
-        return frozenset({self._canonical_tool(buf.tool or "")})
-
-    def _admit(self, event: Command, now: float, out: list[OutputRecord]) -> AuditOutcome | None:
-        """Replay protection (``control.judge_command``): the outcome to audit once the command
-        is applied, or None when it must not be (audited here: ``duplicate`` or ``replayed``).
-
-        The set of remembered ids is bounded (``Limits.max_seen_commands``): when it is full, a
-        new command that grants (confirm, resume, enable) is refused as ``replay_window_full``,
-        since its replay could not be detected; one that only makes things safer applies
-        unremembered (applying it twice is harmless, and it is never dropped, invariant 11).
-        """
-        seen = self.control.seen_commands
-        if len(seen) >= self.limits.max_seen_commands and command_scope(event) not in seen:
-            if COMMAND_CLASS[event.type] is CommandClass.GRANT:
-                out.append(
-                    outputs.audit(event, AuditOutcome.REJECTED, "replay_window_full", [], now)
-                )
-                return None
-            return AuditOutcome.APPLIED
-        verdict, scope = judge_command(seen, event, now)
-        if verdict is Verdict.NEW:
-            self._mark(command_state_key(scope))
-            return AuditOutcome.APPLIED
-        if verdict is Verdict.CONFLICT:
-            return AuditOutcome.CONFLICT
-        if verdict is Verdict.DUPLICATE:
-            out.append(outputs.audit(event, AuditOutcome.DUPLICATE, None, [], now))
-        else:
-            out.append(outputs.audit(event, AuditOutcome.REJECTED, "replayed", [], now))
-        return None
-
-
-# ====================================================================== helpers
-
 
 _FRAGMENT_EVENTS = (CallStarted, CallDelta, CallEnded, ResponseEnded)
-
-
-_VALIDATED_STATES = frozenset({CallState.AWAITING_RESPONSE, CallState.VALIDATED})
-
-
-_ERROR_REASON = {
-    "malformed_json": TerminalReason.MALFORMED_JSON,
-    "depth_limit": TerminalReason.SIZE_LIMIT,
-    "size_limit": TerminalReason.SIZE_LIMIT,
-    "sequence_gap": TerminalReason.SEQUENCE_GAP,
-    "duplicate_conflict": TerminalReason.DUPLICATE_CONFLICT,
-    "arguments_mismatch": TerminalReason.ARGUMENTS_MISMATCH,
-}
-
-
-def _reason_for(exc: AssemblyError) -> TerminalReason:
-    return _ERROR_REASON.get(exc.reason, TerminalReason.MALFORMED_JSON)

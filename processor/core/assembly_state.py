@@ -7,7 +7,7 @@ open-buffer indexes (``_count`` / ``_uncount`` / ``_await``) and the marking of 
 state-key helpers shared by the layers (``_call_state_key``, ``_text_key``, ``_parse_text_key``).
 
 Must not decide anything: no event handling, no terminal transitions, no outputs. The fields are
-set here only; each is changed by the layer that owns the rule (named in its comment).
+set here only; each is changed by the layer that owns its rule.
 
 The Assembler is one class built in layers, each module's class the base of the next (bottom
 to top: ``assembly_state``, ``forgetting``, ``changelog``, ``gating``, ``binding``,
