@@ -35,32 +35,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from collections.abc import Coroutine, Mapping
+from typing import Any, Final
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
-from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
 from pydantic import BaseModel
 
-from processor.core.authn import CommandVerifier
 from processor.core.errors import PROCESS_EXCEPTIONS, ConfigurationError, RecordRejected
-from processor.core.events import CallKey, Dispatch, Status, UserState, encode, stable_id
-from processor.core.registry import Registry
-from processor.executor.barrier import BarrierTimeout, ControlBarrier
-from processor.executor.fence import FenceState, Refusal, RefusalCode, Requirements
-from processor.executor.handlers import (
-    Call,
-    ExecutionFailed,
-    Handlers,
-    OutcomeUnknown,
-    Registration,
+from processor.core.events import Dispatch, UserState
+from processor.executor.barrier import BarrierTimeout
+from processor.executor.executor_state import (
+    _T,
+    DEFAULT_GROUP,
+    ExecutorStats,
+    _Fenced,
+    _Owned,
+    _Stopping,
+    _TransactionFailed,
 )
+from processor.executor.fence import Refusal, RefusalCode, Requirements
+from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
 from processor.executor.ledger import restore_ledger_partition
 from processor.executor.records import (
     EntryState,
@@ -68,22 +66,19 @@ from processor.executor.records import (
     ExecutionOutcome,
     ExecutionResult,
     decode_dispatch,
-    entry_key,
 )
+from processor.executor.transactions import Transactions
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
 from processor.runtime import hanging
 from processor.runtime.clients import discard_producer, stop_consumer
 from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
-from processor.settings import Settings
 
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStats"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GROUP: Final = "toolcall-executors"
-_TXN_ATTEMPTS: Final = 5
 _TRACE_HEADERS: Final = ("traceparent", "tracestate")
 
 # What the user is told when the executor does not run a call: (state, retry possible, message)
@@ -111,11 +106,7 @@ _REFUSAL_VIEW: Final[dict[str, tuple[UserState, bool, str]]] = {
         True,
         "The request waited too long and was not run; asking again may work.",
     ),
-    "executor_stopped": (
-        UserState.FAILED,
-        True,
-        "The action was not run; asking again may work.",
-    ),
+    "executor_stopped": (UserState.FAILED, True, "The action was not run; asking again may work."),
 }
 _DEFAULT_REFUSAL_VIEW: Final = (UserState.FAILED, False, "The action was not run.")
 _UNKNOWN_VIEW: Final = (
@@ -124,60 +115,9 @@ _UNKNOWN_VIEW: Final = (
     "We could not confirm whether the action completed; please check before trying again.",
 )
 
-_Out = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
-"""One record to write: topic, key, value, partition (None: by key), headers."""
-
-
-@dataclass
-class ExecutorStats:
-    """Counters for tests and diagnostics (by outcome, and records not run)."""
-
-    outcomes: dict[str, int] = field(default_factory=dict)
-    duplicates: int = 0
-    other_tools: int = 0
-    undecodable: int = 0
-
-    def count(self, outcome: str) -> None:
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-
-    def skip(self, why: str) -> None:
-        """Count a record not run: ``undecodable``, ``other_tool`` or ``duplicate``."""
-        if why == "duplicate":
-            self.duplicates += 1
-        elif why == "other_tool":
-            self.other_tools += 1
-        else:
-            self.undecodable += 1
-
-
-class _Fenced(Exception):
-    """This executor lost the partition (its transactional producer was fenced)."""
-
-
-class _TransactionFailed(Exception):
-    """A transaction kept failing; the record in hand must be fetched and decided again."""
-
-
-_T = TypeVar("_T")
-
 
 class _Abandoned(Exception):
     """The broker is gone and the executor is exiting: a take or release was cancelled."""
-
-
-class _Stopping(Exception):
-    """The executor is stopping; leave the record in hand unacknowledged."""
-
-
-@dataclass
-class _Owned:
-    """A dispatch partition this executor owns: its transactional producer and ledger view."""
-
-    partition: int
-    producer: AIOKafkaProducer
-    entries: dict[str, ExecutionEntry]
-    pending_offset: int | None = None  # next offset to commit, not yet in a transaction
-    lost: bool = False
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -191,7 +131,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._client._on_assigned(assigned)
 
 
-class ExecutorClient:
+class ExecutorClient(Transactions):
     """Consumes ``dispatch`` in consumer group ``group`` and runs registered handlers.
 
     ``verifier`` authenticates operator commands read from ``control`` (a
@@ -199,46 +139,6 @@ class ExecutorClient:
     tests). ``registry`` (optional) resolves tool aliases in operator commands and supplies
     ``requires_confirmation`` and the confirmation TTL of tools whose registration does not say.
     """
-
-    def __init__(
-        self,
-        settings: Settings,
-        handlers: Handlers,
-        *,
-        verifier: CommandVerifier,
-        group: str = DEFAULT_GROUP,
-        executor_id: str | None = None,
-        registry: Registry | None = None,
-        barrier_timeout_seconds: float = 30.0,
-        batch_size: int = 20,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        if not len(handlers):
-            raise ConfigurationError("invalid_handlers", "no handlers registered")
-        self.settings = settings
-        self.handlers = handlers
-        self.group = group
-        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.registry = registry
-        self.topics = settings.topics
-        self.stats = ExecutorStats()
-        self.assigned = asyncio.Event()
-        self._verifier = verifier
-        self._barrier_timeout = barrier_timeout_seconds
-        self._batch_size = batch_size
-        self._clock = clock
-        self._retention = settings.limits.retention_seconds
-        self._barrier = ControlBarrier(settings, self._new_fence)
-        self._consumer: AIOKafkaConsumer | None = None
-        self._owned: dict[int, _Owned] = {}
-        self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
-        self._lock = asyncio.Lock()
-        self._stopping = asyncio.Event()
-        self._abandon = False
-        # takes and releases in progress (they wait on the broker): abandon cancels them
-        self._broker_work: set[asyncio.Task[Any]] = set()
-        self._started = False
-        self._next_forget = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -536,43 +436,6 @@ class ExecutorClient:
             with contextlib.suppress(Exception):
                 consumer.pause(TopicPartition(self.topics.dispatch, owned.partition))
 
-    async def _new_producer(self, partition: int) -> AIOKafkaProducer:
-        transactional_id = f"{self.group}.executor.{partition}"
-        consumer = self._consumer  # how the coordinator left the id, before InitProducerId
-        previous = (
-            await hanging.previous_transaction(consumer._client, transactional_id)
-            if consumer is not None
-            else None
-        )
-        producer = AIOKafkaProducer(
-            **self.settings.kafka_client_kwargs(),
-            transactional_id=transactional_id,
-            enable_idempotence=True,
-            acks="all",
-            transaction_timeout_ms=self.settings.transaction_timeout_ms,
-            max_request_size=self.settings.max_message_bytes,
-        )
-        try:
-            await producer.start()  # InitProducerId: fences and completes the previous owner's txn
-            # before it writes anything: what the coordinator completed without a marker on an
-            # output partition (processor.runtime.hanging); TransactionHeld when it may not
-            topics = (self.topics.executions, self.topics.results, self.topics.status)
-            await hanging.end_own_hanging(
-                producer.client,
-                producer_id=producer._txn_manager.producer_id,
-                transactional_id=transactional_id,
-                partitions=await hanging.partitions_of(producer.client, topics),
-                owner="executor",
-                bootstrap=self.settings.bootstrap_servers,
-                previous=previous,
-            )
-        except BaseException:
-            await discard_producer(producer)
-            raise
-        return producer
-
-    # ------------------------------------------------------------------ one record
-
     async def _process(self, owned: _Owned, record: ConsumerRecord) -> None:
         if self._stopping.is_set():
             raise _Stopping
@@ -650,14 +513,6 @@ class ExecutorClient:
         self.stats.skip(why)
         metrics.EXECUTOR_SKIPPED.labels(why).inc()
         owned.pending_offset = next_offset
-
-    async def _after_claim(self, write: Awaitable[None]) -> None:
-        """Record the end of a claimed call; if that cannot be written, the claim stays and the
-        next owner of the partition reports the call ``unknown`` (it is never run again)."""
-        try:
-            await write
-        except _TransactionFailed:
-            log.error("could not record the end of a claimed call; it will be reported unknown")
 
     def _requirements(self, registration: Registration, dispatch: Dispatch) -> Requirements:
         declaration = None
@@ -874,137 +729,6 @@ class ExecutorClient:
             "claimed call never finished: outcome unknown, not run again",
             extra=fields(dispatch_id=entry.dispatch_id, tool=entry.tool),
         )
-
-    # ------------------------------------------------------------------ outputs
-
-    def _entry_out(self, entry: ExecutionEntry) -> _Out:
-        key = entry_key(entry.group, entry.dispatch_id)
-        return (self.topics.executions, key, encode(entry), entry.dispatch_partition, [])
-
-    def _result_out(self, result: ExecutionResult, headers: list[tuple[str, bytes]]) -> _Out:
-        return (self.topics.results, _turn_key(result.key), encode(result), None, headers)
-
-    def _status_out(
-        self,
-        key: CallKey,
-        tool: str,
-        view: tuple[UserState, bool, str],
-        why: str,
-        headers: list[tuple[str, bytes]],
-    ) -> _Out:
-        state, retry, message = view
-        status = Status(
-            **key.model_dump(),
-            status_id=stable_id("status", key.encoded(), "executor", self.group, why),
-            tool=tool,
-            state=state,
-            retry_possible=retry,
-            message=message,
-            ts=self._clock(),
-        )
-        return (self.topics.status, _turn_key(key), encode(status), None, headers)
-
-    async def _flush_offsets(self, owned: _Owned) -> None:
-        if owned.pending_offset is not None and not owned.lost:
-            await self._transact(owned, [], owned.pending_offset)
-
-    async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
-        """Write ``outputs`` and commit the offset ``next_offset`` (or a pending one) in ONE
-        transaction of the partition's producer.
-
-        Transient errors: a new producer with the same transactional id (its InitProducerId
-        completes or aborts the failed transaction, so a retry never doubles an effect that
-        matters: entries are keyed, results carry a stable ``result_id``), up to
-        ``_TXN_ATTEMPTS``; then :class:`_TransactionFailed`. Fencing: :class:`_Fenced`.
-        """
-        offset = next_offset if next_offset is not None else owned.pending_offset
-        for attempt in range(1, _TXN_ATTEMPTS + 1):
-            if owned.lost:
-                raise _Fenced
-            producer = owned.producer
-            try:
-                await producer.begin_transaction()
-                futures = [
-                    await producer.send(
-                        topic, value=value, key=key, partition=partition, headers=headers
-                    )
-                    for topic, key, value, partition, headers in outputs
-                ]
-                if offset is not None:
-                    tp = TopicPartition(self.topics.dispatch, owned.partition)
-                    await producer.send_offsets_to_transaction(
-                        {tp: OffsetAndMetadata(offset, "")}, self.group
-                    )
-                await asyncio.gather(*futures)
-                await producer.commit_transaction()
-            except (ProducerFenced, AssertionError):
-                # aiokafka reports a fenced producer's later calls as a bare AssertionError
-                owned.lost = True
-                await discard_producer(producer)
-                raise _Fenced from None
-            except KafkaError as exc:
-                log.warning(
-                    "executor transaction failed; retrying with a new producer",
-                    extra=fields(
-                        partition=owned.partition, attempt=attempt, error=type(exc).__name__
-                    ),
-                )
-                await discard_producer(producer)  # never deliver the failed batch later
-                await asyncio.sleep(min(2.0, 0.2 * attempt))
-                try:
-                    owned.producer = await self._new_producer(owned.partition)
-                except ProducerFenced:
-                    owned.lost = True
-                    raise _Fenced from None
-                except (KafkaError, hanging.TransactionHeld):
-                    continue
-                continue
-            if offset is not None and offset >= (owned.pending_offset or 0):
-                owned.pending_offset = None
-            return
-        raise _TransactionFailed
-
-    # ------------------------------------------------------------------ helpers
-
-    def _new_fence(self) -> FenceState:
-        registry = self.registry
-        if registry is None:  # a disabled name it cannot resolve then refuses the tenant's calls
-            known = frozenset(self.handlers.tools())
-            return FenceState(verifier=self._verifier, known_tools=known)
-
-        def canonical(name: str) -> str | None:
-            resolution = registry.resolve(name)
-            return resolution.declaration.name if resolution else None
-
-        def switch_names(name: str, namespace: str | None) -> frozenset[str] | None:
-            resolution = registry.resolve(name, namespace)
-            return registry.switch_names(resolution.declaration) if resolution else None
-
-        return FenceState(
-            verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
-        )
-
-    def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
-        self.stats.count(outcome.value)
-        metrics.EXECUTOR_OUTCOMES.labels(tool, outcome.value, reason or "").inc()
-
-    def _maybe_forget(self) -> None:
-        now = self._clock()
-        if now < self._next_forget:
-            return
-        self._next_forget = now + 60.0
-        self._barrier.forget(now - self._retention)
-
-    @property
-    def barrier(self) -> ControlBarrier:
-        return self._barrier
-
-    def owned_partitions(self) -> list[int]:
-        return sorted(p for p, o in self._owned.items() if not o.lost)
-
-
-def _turn_key(key: CallKey) -> bytes:
-    return key.turn_key.encode()
 
 
 def _trace_headers(record: ConsumerRecord) -> list[tuple[str, bytes]]:
