@@ -28,6 +28,22 @@ Results go to ``<prefix>results`` (:class:`~processor.executor.records.Execution
 refusals, failures and unknown outcomes also go to ``status`` as what the user may be told. The
 ``traceparent`` header of the dispatch record is passed to the handler and copied to the outputs.
 Nothing here logs, counts or writes argument values.
+
+Where the parts live. This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the
+consumer loop (``run``: fetch, then each partition's records in order under the lock) and
+rebalances (taking a partition: a new transactional producer, the ledger restored, unfinished
+claims reported ``unknown``; releasing it; retrying a failed take; losing it when fenced). It must
+not decide about a record. :class:`ExecutorClient` is one object built in layers, each a base of
+the next and calling only the layers below it (why layers and not collaborators:
+:mod:`processor.executor.executor_state`):
+
+* :mod:`~processor.executor.executor_state`: every field, the stats, the internal signals;
+* :mod:`~processor.executor.transactions`: the producer, the output records, one transaction
+  with the offset;
+* :mod:`~processor.executor.fencing`: the requirements of a dispatch and the fence, after the
+  control barrier;
+* :mod:`~processor.executor.running`: running a handler and recording its outcome;
+* :mod:`~processor.executor.claims`: one record through steps 1-5 above (skip, refuse, claim).
 """
 
 from __future__ import annotations
@@ -35,19 +51,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Coroutine, Mapping
-from typing import Any, Final
+from collections.abc import Coroutine
+from typing import Any
 
-import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
-from pydantic import BaseModel
 
-from processor.core.errors import PROCESS_EXCEPTIONS, ConfigurationError, RecordRejected
-from processor.core.events import Dispatch, UserState
-from processor.executor.barrier import BarrierTimeout
+from processor.core.errors import ConfigurationError
+from processor.executor.claims import Claims
 from processor.executor.executor_state import (
     _T,
     DEFAULT_GROUP,
@@ -57,17 +69,8 @@ from processor.executor.executor_state import (
     _Stopping,
     _TransactionFailed,
 )
-from processor.executor.fence import Refusal, RefusalCode, Requirements
-from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
 from processor.executor.ledger import restore_ledger_partition
-from processor.executor.records import (
-    EntryState,
-    ExecutionEntry,
-    ExecutionOutcome,
-    ExecutionResult,
-    decode_dispatch,
-)
-from processor.executor.transactions import Transactions
+from processor.executor.records import EntryState
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
 from processor.runtime import hanging
@@ -78,42 +81,6 @@ from processor.runtime.topics import partition_counts
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStats"]
 
 log = logging.getLogger(__name__)
-
-_TRACE_HEADERS: Final = ("traceparent", "tracestate")
-
-# What the user is told when the executor does not run a call: (state, retry possible, message)
-_REFUSAL_VIEW: Final[dict[str, tuple[UserState, bool, str]]] = {
-    RefusalCode.TENANT_STOPPED: (
-        UserState.CANCELLED,
-        False,
-        "Actions are paused for your organisation; a person will follow up.",
-    ),
-    RefusalCode.TURN_CANCELLED: (
-        UserState.CANCELLED,
-        False,
-        "This turn was cancelled before the action ran.",
-    ),
-    RefusalCode.QUARANTINED: (UserState.CANCELLED, False, "Held back by an operator for review."),
-    RefusalCode.TOOL_DISABLED: (UserState.CANCELLED, False, "This tool is currently disabled."),
-    RefusalCode.CONFIRMATION_DENIED: (UserState.FAILED, False, "You declined this action."),
-    RefusalCode.CONFIRMATION_EXPIRED: (
-        UserState.FAILED,
-        True,
-        "The confirmation is no longer valid; ask again and confirm.",
-    ),
-    RefusalCode.STALE_DISPATCH: (
-        UserState.FAILED,
-        True,
-        "The request waited too long and was not run; asking again may work.",
-    ),
-    "executor_stopped": (UserState.FAILED, True, "The action was not run; asking again may work."),
-}
-_DEFAULT_REFUSAL_VIEW: Final = (UserState.FAILED, False, "The action was not run.")
-_UNKNOWN_VIEW: Final = (
-    UserState.FAILED,
-    False,
-    "We could not confirm whether the action completed; please check before trying again.",
-)
 
 
 class _Abandoned(Exception):
@@ -131,7 +98,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._client._on_assigned(assigned)
 
 
-class ExecutorClient(Transactions):
+class ExecutorClient(Claims):
     """Consumes ``dispatch`` in consumer group ``group`` and runs registered handlers.
 
     ``verifier`` authenticates operator commands read from ``control`` (a
@@ -435,320 +402,3 @@ class ExecutorClient(Transactions):
         if consumer is not None:
             with contextlib.suppress(Exception):
                 consumer.pause(TopicPartition(self.topics.dispatch, owned.partition))
-
-    async def _process(self, owned: _Owned, record: ConsumerRecord) -> None:
-        if self._stopping.is_set():
-            raise _Stopping
-        next_offset = record.offset + 1
-        try:
-            dispatch = decode_dispatch(record.value)
-        except RecordRejected:
-            log.warning(
-                "not a dispatch record; skipped",
-                extra=fields(partition=owned.partition, offset=record.offset),
-            )
-            self._skip(owned, next_offset, "undecodable")
-            return
-        if not self.handlers.handles(dispatch.tool, dispatch.namespace):
-            self._skip(owned, next_offset, "other_tool")
-            return
-        if dispatch.dispatch_id in owned.entries:
-            log.info(
-                "dispatch already in the ledger; not run again",
-                extra=fields(dispatch_id=dispatch.dispatch_id, tool=dispatch.tool),
-            )
-            self._skip(owned, next_offset, "duplicate")
-            return
-        headers = _trace_headers(record)
-        where = (owned.partition, record.offset)
-        registration = self.handlers.lookup(
-            dispatch.tool, dispatch.tool_version, dispatch.namespace
-        )
-        if registration is None:
-            await self._refuse(owned, dispatch, headers, "unsupported_tool_version", where=where)
-            return
-        requirements = self._requirements(registration, dispatch)
-        refusal = await self._fence(dispatch, requirements)
-        if refusal is not None:
-            await self._refuse(
-                owned, dispatch, headers, refusal.code.value, where=where, refusal=refusal
-            )
-            return
-        claim = ExecutionEntry.for_dispatch(
-            dispatch,
-            self.group,
-            self.executor_id,
-            EntryState.CLAIMED,
-            self._clock(),
-            partition=owned.partition,
-            offset=record.offset,
-        )
-        await self._transact(owned, [self._entry_out(claim)], next_offset)
-        owned.entries[dispatch.dispatch_id] = claim
-        # The claim and the offset are committed: this dispatch never runs again in this group.
-        try:
-            refusal = await self._fence(dispatch, requirements)
-        except _Stopping:
-            await self._after_claim(
-                self._refuse(owned, dispatch, headers, "executor_stopped", where=where, claim=claim)
-            )
-            raise
-        if refusal is not None:
-            await self._after_claim(
-                self._refuse(
-                    owned,
-                    dispatch,
-                    headers,
-                    refusal.code.value,
-                    where=where,
-                    refusal=refusal,
-                    claim=claim,
-                )
-            )
-            return
-        await self._execute(owned, dispatch, headers, registration, claim)
-
-    def _skip(self, owned: _Owned, next_offset: int, why: str) -> None:
-        """Pass over a record that is not run; its offset goes with the next transaction."""
-        self.stats.skip(why)
-        metrics.EXECUTOR_SKIPPED.labels(why).inc()
-        owned.pending_offset = next_offset
-
-    def _requirements(self, registration: Registration, dispatch: Dispatch) -> Requirements:
-        declaration = None
-        if self.registry is not None:
-            resolution = self.registry.resolve(dispatch.tool, dispatch.namespace)
-            declaration = resolution.declaration if resolution else None
-        requires = registration.requires_confirmation
-        if requires is None:
-            requires = bool(declaration and declaration.requires_confirmation)
-        max_age = registration.confirmation_max_age_seconds
-        if max_age is None and declaration is not None and declaration.requires_confirmation:
-            max_age = declaration.confirmation_ttl_seconds
-        return Requirements(
-            requires_confirmation=requires,
-            confirmation_max_age_seconds=max_age,
-            max_dispatch_age_seconds=self._retention,
-        )
-
-    async def _fence(self, dispatch: Dispatch, requirements: Requirements) -> Refusal | None:
-        """Read the turn's control partition up to its end offset now, then check the call."""
-        partition = self._barrier.partition_for_turn(dispatch.tenant, dispatch.turn_id)
-        while True:
-            started = time.monotonic()
-            try:
-                state = await self._barrier.sync(partition, self._barrier_timeout)
-            except (BarrierTimeout, KafkaError) as exc:
-                log.warning(
-                    "control barrier incomplete; retrying",
-                    extra=fields(partition=partition, error=type(exc).__name__),
-                )
-                if self._stopping.is_set():
-                    raise _Stopping from None
-                await asyncio.sleep(0.5)
-                continue
-            metrics.EXECUTOR_BARRIER_DURATION.observe(time.monotonic() - started)
-            return state.check(dispatch, self._clock(), requirements)
-
-    async def _execute(
-        self,
-        owned: _Owned,
-        dispatch: Dispatch,
-        headers: list[tuple[str, bytes]],
-        registration: Registration,
-        claim: ExecutionEntry,
-    ) -> None:
-        call = Call.from_dispatch(dispatch, dict(headers))
-        started_at = self._clock()
-        began = time.monotonic()
-        outcome = ExecutionOutcome.SUCCEEDED
-        reason: str | None = None
-        retry = False
-        detail = ""
-        output: dict[str, Any] | None = None
-        interrupted = False
-        try:
-            attributes = {"toolcall.tool": dispatch.tool, "toolcall.dispatch_id": call.dispatch_id}
-            with tracing.span(f"execute {dispatch.tool}", "internal", attributes):
-                async with asyncio.timeout(registration.timeout_seconds) as deadline:
-                    returned = await registration.handler(call)
-            output, detail = _as_output(returned)
-        except ExecutionFailed as exc:
-            outcome, reason = ExecutionOutcome.FAILED, exc.code
-            retry, detail = exc.retry_possible, exc.detail
-        except OutcomeUnknown as exc:
-            outcome, reason, detail = ExecutionOutcome.UNKNOWN, exc.code, exc.detail
-        except TimeoutError:
-            if deadline.expired():
-                outcome, reason = ExecutionOutcome.UNKNOWN, "handler_timeout"
-            else:
-                outcome, reason, detail = (
-                    ExecutionOutcome.FAILED,
-                    "handler_exception",
-                    "TimeoutError",
-                )
-        except asyncio.CancelledError:
-            outcome, reason, interrupted = ExecutionOutcome.UNKNOWN, "executor_stopped", True
-        except PROCESS_EXCEPTIONS:
-            raise
-        except BaseException as exc:  # a handler bug (or a panic of an extension it uses): the
-            # class name only, the message may hold arguments
-            outcome, reason, detail = (
-                ExecutionOutcome.FAILED,
-                "handler_exception",
-                type(exc).__name__,
-            )
-        metrics.EXECUTOR_HANDLER_DURATION.labels(dispatch.tool).observe(time.monotonic() - began)
-        tracing.annotate({"toolcall.outcome": outcome.value, "toolcall.reason": reason or ""})
-        now = self._clock()
-        result = ExecutionResult.for_dispatch(
-            dispatch,
-            group=self.group,
-            executor_id=self.executor_id,
-            outcome=outcome,
-            ts=now,
-            reason=reason,
-            retry_possible=retry,
-            detail=detail,
-            output=output,
-            started_at=started_at,
-        )
-        entry = claim.moved_to(EntryState(outcome.value), self.executor_id, now)
-        outputs = [self._entry_out(entry), self._result_out(result, headers)]
-        if outcome is ExecutionOutcome.FAILED:
-            message = (
-                "The action failed; asking again may work."
-                if retry
-                else "The action could not be completed."
-            )
-            outputs.append(
-                self._status_out(
-                    dispatch.key,
-                    dispatch.tool,
-                    (UserState.FAILED, retry, message),
-                    reason or "failed",
-                    headers,
-                )
-            )
-        elif outcome is ExecutionOutcome.UNKNOWN:
-            outputs.append(
-                self._status_out(dispatch.key, dispatch.tool, _UNKNOWN_VIEW, "unknown", headers)
-            )
-        owned.entries[dispatch.dispatch_id] = entry
-        self._count(dispatch.tool, outcome, reason)
-        log.info(
-            "call executed",
-            extra=fields(
-                dispatch_id=dispatch.dispatch_id,
-                tool=dispatch.tool,
-                outcome=outcome.value,
-                reason=reason,
-            ),
-        )
-        await self._after_claim(self._transact(owned, outputs, None))
-        if interrupted:
-            raise asyncio.CancelledError
-
-    async def _refuse(
-        self,
-        owned: _Owned,
-        dispatch: Dispatch,
-        headers: list[tuple[str, bytes]],
-        code: str,
-        *,
-        where: tuple[int, int],
-        refusal: Refusal | None = None,
-        claim: ExecutionEntry | None = None,
-    ) -> None:
-        """Record that a call is not run: ledger entry, result, user status and the offset past
-        its record (``where`` = dispatch partition and offset), in one transaction."""
-        now = self._clock()
-        view = _REFUSAL_VIEW.get(code, _DEFAULT_REFUSAL_VIEW)
-        retry = view[1]
-        blocked_by = refusal.command_id if refusal else None
-        result = ExecutionResult.for_dispatch(
-            dispatch,
-            group=self.group,
-            executor_id=self.executor_id,
-            outcome=ExecutionOutcome.REFUSED,
-            ts=now,
-            reason=code,
-            blocked_by=blocked_by,
-            retry_possible=retry,
-            detail=refusal.detail if refusal else "",
-        )
-        if claim is not None:
-            entry = claim.moved_to(EntryState.REFUSED, self.executor_id, now)
-        else:
-            entry = ExecutionEntry.for_dispatch(
-                dispatch,
-                self.group,
-                self.executor_id,
-                EntryState.REFUSED,
-                now,
-                partition=where[0],
-                offset=where[1],
-            )
-        outputs = [
-            self._entry_out(entry),
-            self._result_out(result, headers),
-            self._status_out(dispatch.key, dispatch.tool, view, code, headers),
-        ]
-        await self._transact(owned, outputs, where[1] + 1)
-        owned.entries[dispatch.dispatch_id] = entry
-        self._count(dispatch.tool, ExecutionOutcome.REFUSED, code)
-        log.info(
-            "call refused by the fence",
-            extra=fields(
-                dispatch_id=dispatch.dispatch_id,
-                tool=dispatch.tool,
-                reason=code,
-                blocked_by=blocked_by,
-            ),
-        )
-
-    async def _record_unknown(self, owned: _Owned, entry: ExecutionEntry, reason: str) -> None:
-        now = self._clock()
-        result = ExecutionResult.from_entry(
-            entry,
-            outcome=ExecutionOutcome.UNKNOWN,
-            executor_id=self.executor_id,
-            ts=now,
-            reason=reason,
-        )
-        final = entry.moved_to(EntryState.UNKNOWN, self.executor_id, now)
-        outputs = [
-            self._entry_out(final),
-            self._result_out(result, []),
-            self._status_out(entry.key, entry.tool, _UNKNOWN_VIEW, "unknown", []),
-        ]
-        await self._transact(owned, outputs, None)
-        owned.entries[entry.dispatch_id] = final
-        self._count(entry.tool, ExecutionOutcome.UNKNOWN, reason)
-        log.warning(
-            "claimed call never finished: outcome unknown, not run again",
-            extra=fields(dispatch_id=entry.dispatch_id, tool=entry.tool),
-        )
-
-
-def _trace_headers(record: ConsumerRecord) -> list[tuple[str, bytes]]:
-    found: dict[str, bytes] = {}
-    for name, value in record.headers or ():
-        if name in _TRACE_HEADERS and isinstance(value, bytes) and len(value) <= 512:
-            found[name] = value
-    return list(found.items())
-
-
-def _as_output(returned: object) -> tuple[dict[str, Any] | None, str]:
-    """A handler's return value as a JSON object for the result, or why it was dropped."""
-    if returned is None:
-        return None, ""
-    if isinstance(returned, BaseModel):
-        returned = returned.model_dump(mode="json")
-    if not isinstance(returned, Mapping):
-        return None, "output_not_an_object"
-    try:
-        data = orjson.loads(orjson.dumps(dict(returned)))
-    except (TypeError, orjson.JSONEncodeError):
-        return None, "output_not_json"
-    return (data, "") if isinstance(data, dict) else (None, "output_not_json")
