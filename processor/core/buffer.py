@@ -93,7 +93,7 @@ class CallBuffer:
     @property
     def text_key_prefix(self) -> str:
         """``"text:" + encoded_key`` without its closing ``]``, then ``,``: a text record's key
-        is this, the position's digits and ``]`` (see ``assembler._text_key``)."""
+        is this, the position's digits and ``]`` (see ``assembly_state._text_key``)."""
         if self._text_key_prefix is None:
             self._text_key_prefix = f"text:{self.encoded_key[:-1]},"
         return self._text_key_prefix

@@ -28,6 +28,22 @@ Results go to ``<prefix>results`` (:class:`~processor.executor.records.Execution
 refusals, failures and unknown outcomes also go to ``status`` as what the user may be told. The
 ``traceparent`` header of the dispatch record is passed to the handler and copied to the outputs.
 Nothing here logs, counts or writes argument values.
+
+Where the parts live. This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the
+consumer loop (``run``: fetch, then each partition's records in order under the lock) and
+rebalances (taking a partition: a new transactional producer, the ledger restored, unfinished
+claims reported ``unknown``; releasing it; retrying a failed take; losing it when fenced). It must
+not decide about a record. :class:`ExecutorClient` is one object built in layers, each a base of
+the next and calling only the layers below it (why layers and not collaborators:
+:mod:`processor.executor.executor_state`):
+
+* :mod:`~processor.executor.executor_state`: every field, the stats, the internal signals;
+* :mod:`~processor.executor.transactions`: the producer, the output records, one transaction
+  with the offset;
+* :mod:`~processor.executor.fencing`: the requirements of a dispatch and the fence, after the
+  control barrier;
+* :mod:`~processor.executor.running`: running a handler and recording its outcome;
+* :mod:`~processor.executor.claims`: one record through steps 1-5 above (skip, refuse, claim).
 """
 
 from __future__ import annotations
@@ -35,149 +51,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from collections.abc import Coroutine
+from typing import Any
 
-import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
-from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
-from pydantic import BaseModel
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
 
-from processor.core.authn import CommandVerifier
-from processor.core.errors import PROCESS_EXCEPTIONS, ConfigurationError, RecordRejected
-from processor.core.events import CallKey, Dispatch, Status, UserState, encode, stable_id
-from processor.core.registry import Registry
-from processor.executor.barrier import BarrierTimeout, ControlBarrier
-from processor.executor.fence import FenceState, Refusal, RefusalCode, Requirements
-from processor.executor.handlers import (
-    Call,
-    ExecutionFailed,
-    Handlers,
-    OutcomeUnknown,
-    Registration,
+from processor.core.errors import ConfigurationError
+from processor.executor.claims import Claims
+from processor.executor.executor_state import (
+    _T,
+    DEFAULT_GROUP,
+    ExecutorStats,
+    _Fenced,
+    _Owned,
+    _Stopping,
+    _TransactionFailed,
 )
 from processor.executor.ledger import restore_ledger_partition
-from processor.executor.records import (
-    EntryState,
-    ExecutionEntry,
-    ExecutionOutcome,
-    ExecutionResult,
-    decode_dispatch,
-    entry_key,
-)
+from processor.executor.records import EntryState
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
 from processor.runtime import hanging
 from processor.runtime.clients import discard_producer, stop_consumer
 from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
-from processor.settings import Settings
 
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStats"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GROUP: Final = "toolcall-executors"
-_TXN_ATTEMPTS: Final = 5
-_TRACE_HEADERS: Final = ("traceparent", "tracestate")
-
-# What the user is told when the executor does not run a call: (state, retry possible, message)
-_REFUSAL_VIEW: Final[dict[str, tuple[UserState, bool, str]]] = {
-    RefusalCode.TENANT_STOPPED: (
-        UserState.CANCELLED,
-        False,
-        "Actions are paused for your organisation; a person will follow up.",
-    ),
-    RefusalCode.TURN_CANCELLED: (
-        UserState.CANCELLED,
-        False,
-        "This turn was cancelled before the action ran.",
-    ),
-    RefusalCode.QUARANTINED: (UserState.CANCELLED, False, "Held back by an operator for review."),
-    RefusalCode.TOOL_DISABLED: (UserState.CANCELLED, False, "This tool is currently disabled."),
-    RefusalCode.CONFIRMATION_DENIED: (UserState.FAILED, False, "You declined this action."),
-    RefusalCode.CONFIRMATION_EXPIRED: (
-        UserState.FAILED,
-        True,
-        "The confirmation is no longer valid; ask again and confirm.",
-    ),
-    RefusalCode.STALE_DISPATCH: (
-        UserState.FAILED,
-        True,
-        "The request waited too long and was not run; asking again may work.",
-    ),
-    "executor_stopped": (
-        UserState.FAILED,
-        True,
-        "The action was not run; asking again may work.",
-    ),
-}
-_DEFAULT_REFUSAL_VIEW: Final = (UserState.FAILED, False, "The action was not run.")
-_UNKNOWN_VIEW: Final = (
-    UserState.FAILED,
-    False,
-    "We could not confirm whether the action completed; please check before trying again.",
-)
-
-_Out = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
-"""One record to write: topic, key, value, partition (None: by key), headers."""
-
-
-@dataclass
-class ExecutorStats:
-    """Counters for tests and diagnostics (by outcome, and records not run)."""
-
-    outcomes: dict[str, int] = field(default_factory=dict)
-    duplicates: int = 0
-    other_tools: int = 0
-    undecodable: int = 0
-
-    def count(self, outcome: str) -> None:
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-
-    def skip(self, why: str) -> None:
-        """Count a record not run: ``undecodable``, ``other_tool`` or ``duplicate``."""
-        if why == "duplicate":
-            self.duplicates += 1
-        elif why == "other_tool":
-            self.other_tools += 1
-        else:
-            self.undecodable += 1
-
-
-class _Fenced(Exception):
-    """This executor lost the partition (its transactional producer was fenced)."""
-
-
-class _TransactionFailed(Exception):
-    """A transaction kept failing; the record in hand must be fetched and decided again."""
-
-
-_T = TypeVar("_T")
-
 
 class _Abandoned(Exception):
     """The broker is gone and the executor is exiting: a take or release was cancelled."""
-
-
-class _Stopping(Exception):
-    """The executor is stopping; leave the record in hand unacknowledged."""
-
-
-@dataclass
-class _Owned:
-    """A dispatch partition this executor owns: its transactional producer and ledger view."""
-
-    partition: int
-    producer: AIOKafkaProducer
-    entries: dict[str, ExecutionEntry]
-    pending_offset: int | None = None  # next offset to commit, not yet in a transaction
-    lost: bool = False
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -191,7 +98,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._client._on_assigned(assigned)
 
 
-class ExecutorClient:
+class ExecutorClient(Claims):
     """Consumes ``dispatch`` in consumer group ``group`` and runs registered handlers.
 
     ``verifier`` authenticates operator commands read from ``control`` (a
@@ -202,61 +109,6 @@ class ExecutorClient:
     without a registry), is refused at construction (``confirmation_rule_unknown``): whether a
     call needs a confirmation is never guessed.
     """
-
-    def __init__(
-        self,
-        settings: Settings,
-        handlers: Handlers,
-        *,
-        verifier: CommandVerifier,
-        group: str = DEFAULT_GROUP,
-        executor_id: str | None = None,
-        registry: Registry | None = None,
-        barrier_timeout_seconds: float = 30.0,
-        batch_size: int = 20,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        if not len(handlers):
-            raise ConfigurationError("invalid_handlers", "no handlers registered")
-        undecided = sorted(
-            {
-                f"{r.namespace}.{r.tool}" if r.namespace is not None else r.tool
-                for r in handlers
-                if r.requires_confirmation is None
-                and (registry is None or registry.resolve(r.tool, r.namespace) is None)
-            }
-        )
-        if undecided:  # fail closed: never guess that a tool needs no confirmation
-            raise ConfigurationError(
-                "confirmation_rule_unknown",
-                "neither the handler nor the tool registry says whether "
-                f"{', '.join(undecided)} needs a confirmation: pass the registry (--tools) "
-                "or register the handler with requires_confirmation",
-            )
-        self.settings = settings
-        self.handlers = handlers
-        self.group = group
-        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.registry = registry
-        self.topics = settings.topics
-        self.stats = ExecutorStats()
-        self.assigned = asyncio.Event()
-        self._verifier = verifier
-        self._barrier_timeout = barrier_timeout_seconds
-        self._batch_size = batch_size
-        self._clock = clock
-        self._retention = settings.limits.retention_seconds
-        self._barrier = ControlBarrier(settings, self._new_fence)
-        self._consumer: AIOKafkaConsumer | None = None
-        self._owned: dict[int, _Owned] = {}
-        self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
-        self._lock = asyncio.Lock()
-        self._stopping = asyncio.Event()
-        self._abandon = False
-        # takes and releases in progress (they wait on the broker): abandon cancels them
-        self._broker_work: set[asyncio.Task[Any]] = set()
-        self._started = False
-        self._next_forget = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -553,496 +405,3 @@ class ExecutorClient:
         if consumer is not None:
             with contextlib.suppress(Exception):
                 consumer.pause(TopicPartition(self.topics.dispatch, owned.partition))
-
-    async def _new_producer(self, partition: int) -> AIOKafkaProducer:
-        transactional_id = f"{self.group}.executor.{partition}"
-        consumer = self._consumer  # how the coordinator left the id, before InitProducerId
-        previous = (
-            await hanging.previous_transaction(consumer._client, transactional_id)
-            if consumer is not None
-            else None
-        )
-        producer = AIOKafkaProducer(
-            **self.settings.kafka_client_kwargs(),
-            transactional_id=transactional_id,
-            enable_idempotence=True,
-            acks="all",
-            transaction_timeout_ms=self.settings.transaction_timeout_ms,
-            max_request_size=self.settings.max_message_bytes,
-        )
-        try:
-            await producer.start()  # InitProducerId: fences and completes the previous owner's txn
-            # before it writes anything: what the coordinator completed without a marker on an
-            # output partition (processor.runtime.hanging); TransactionHeld when it may not
-            topics = (self.topics.executions, self.topics.results, self.topics.status)
-            await hanging.end_own_hanging(
-                producer.client,
-                producer_id=producer._txn_manager.producer_id,
-                transactional_id=transactional_id,
-                partitions=await hanging.partitions_of(producer.client, topics),
-                owner="executor",
-                bootstrap=self.settings.bootstrap_servers,
-                previous=previous,
-            )
-        except BaseException:
-            await discard_producer(producer)
-            raise
-        return producer
-
-    # ------------------------------------------------------------------ one record
-
-    async def _process(self, owned: _Owned, record: ConsumerRecord) -> None:
-        if self._stopping.is_set():
-            raise _Stopping
-        next_offset = record.offset + 1
-        try:
-            dispatch = decode_dispatch(record.value)
-        except RecordRejected:
-            log.warning(
-                "not a dispatch record; skipped",
-                extra=fields(partition=owned.partition, offset=record.offset),
-            )
-            self._skip(owned, next_offset, "undecodable")
-            return
-        if not self.handlers.handles(dispatch.tool, dispatch.namespace):
-            self._skip(owned, next_offset, "other_tool")
-            return
-        if dispatch.dispatch_id in owned.entries:
-            log.info(
-                "dispatch already in the ledger; not run again",
-                extra=fields(dispatch_id=dispatch.dispatch_id, tool=dispatch.tool),
-            )
-            self._skip(owned, next_offset, "duplicate")
-            return
-        headers = _trace_headers(record)
-        where = (owned.partition, record.offset)
-        registration = self.handlers.lookup(
-            dispatch.tool, dispatch.tool_version, dispatch.namespace
-        )
-        if registration is None:
-            await self._refuse(owned, dispatch, headers, "unsupported_tool_version", where=where)
-            return
-        requirements = self._requirements(registration, dispatch)
-        refusal = await self._fence(dispatch, requirements)
-        if refusal is not None:
-            await self._refuse(
-                owned, dispatch, headers, refusal.code.value, where=where, refusal=refusal
-            )
-            return
-        claim = ExecutionEntry.for_dispatch(
-            dispatch,
-            self.group,
-            self.executor_id,
-            EntryState.CLAIMED,
-            self._clock(),
-            partition=owned.partition,
-            offset=record.offset,
-        )
-        await self._transact(owned, [self._entry_out(claim)], next_offset)
-        owned.entries[dispatch.dispatch_id] = claim
-        # The claim and the offset are committed: this dispatch never runs again in this group.
-        try:
-            refusal = await self._fence(dispatch, requirements)
-        except _Stopping:
-            await self._after_claim(
-                self._refuse(owned, dispatch, headers, "executor_stopped", where=where, claim=claim)
-            )
-            raise
-        if refusal is not None:
-            await self._after_claim(
-                self._refuse(
-                    owned,
-                    dispatch,
-                    headers,
-                    refusal.code.value,
-                    where=where,
-                    refusal=refusal,
-                    claim=claim,
-                )
-            )
-            return
-        await self._execute(owned, dispatch, headers, registration, claim)
-
-    def _skip(self, owned: _Owned, next_offset: int, why: str) -> None:
-        """Pass over a record that is not run; its offset goes with the next transaction."""
-        self.stats.skip(why)
-        metrics.EXECUTOR_SKIPPED.labels(why).inc()
-        owned.pending_offset = next_offset
-
-    async def _after_claim(self, write: Awaitable[None]) -> None:
-        """Record the end of a claimed call; if that cannot be written, the claim stays and the
-        next owner of the partition reports the call ``unknown`` (it is never run again)."""
-        try:
-            await write
-        except _TransactionFailed:
-            log.error("could not record the end of a claimed call; it will be reported unknown")
-
-    def _requirements(self, registration: Registration, dispatch: Dispatch) -> Requirements:
-        declaration = None
-        if self.registry is not None:
-            resolution = self.registry.resolve(dispatch.tool, dispatch.namespace)
-            declaration = resolution.declaration if resolution else None
-        requires = registration.requires_confirmation
-        if requires is None:  # unknown to the registry too: required (fail closed)
-            requires = declaration is None or declaration.requires_confirmation
-        max_age = registration.confirmation_max_age_seconds
-        if max_age is None and declaration is not None and declaration.requires_confirmation:
-            max_age = declaration.confirmation_ttl_seconds
-        return Requirements(
-            requires_confirmation=requires,
-            confirmation_max_age_seconds=max_age,
-            max_dispatch_age_seconds=self._retention,
-        )
-
-    async def _fence(self, dispatch: Dispatch, requirements: Requirements) -> Refusal | None:
-        """Read the turn's control partition up to its end offset now, then check the call."""
-        partition = self._barrier.partition_for_turn(dispatch.tenant, dispatch.turn_id)
-        while True:
-            started = time.monotonic()
-            try:
-                state = await self._barrier.sync(partition, self._barrier_timeout)
-            except (BarrierTimeout, KafkaError) as exc:
-                log.warning(
-                    "control barrier incomplete; retrying",
-                    extra=fields(partition=partition, error=type(exc).__name__),
-                )
-                if self._stopping.is_set():
-                    raise _Stopping from None
-                await asyncio.sleep(0.5)
-                continue
-            metrics.EXECUTOR_BARRIER_DURATION.observe(time.monotonic() - started)
-            return state.check(dispatch, self._clock(), requirements)
-
-    async def _execute(
-        self,
-        owned: _Owned,
-        dispatch: Dispatch,
-        headers: list[tuple[str, bytes]],
-        registration: Registration,
-        claim: ExecutionEntry,
-    ) -> None:
-        call = Call.from_dispatch(dispatch, dict(headers))
-        started_at = self._clock()
-        began = time.monotonic()
-        outcome = ExecutionOutcome.SUCCEEDED
-        reason: str | None = None
-        retry = False
-        detail = ""
-        output: dict[str, Any] | None = None
-        interrupted = False
-        try:
-            attributes = {"toolcall.tool": dispatch.tool, "toolcall.dispatch_id": call.dispatch_id}
-            with tracing.span(f"execute {dispatch.tool}", "internal", attributes):
-                async with asyncio.timeout(registration.timeout_seconds) as deadline:
-                    returned = await registration.handler(call)
-            output, detail = _as_output(returned)
-        except ExecutionFailed as exc:
-            outcome, reason = ExecutionOutcome.FAILED, exc.code
-            retry, detail = exc.retry_possible, exc.detail
-        except OutcomeUnknown as exc:
-            outcome, reason, detail = ExecutionOutcome.UNKNOWN, exc.code, exc.detail
-        except TimeoutError:
-            if deadline.expired():
-                outcome, reason = ExecutionOutcome.UNKNOWN, "handler_timeout"
-            else:
-                outcome, reason, detail = (
-                    ExecutionOutcome.FAILED,
-                    "handler_exception",
-                    "TimeoutError",
-                )
-        except asyncio.CancelledError:
-            outcome, reason, interrupted = ExecutionOutcome.UNKNOWN, "executor_stopped", True
-        except PROCESS_EXCEPTIONS:
-            raise
-        except BaseException as exc:  # a handler bug (or a panic of an extension it uses): the
-            # class name only, the message may hold arguments
-            outcome, reason, detail = (
-                ExecutionOutcome.FAILED,
-                "handler_exception",
-                type(exc).__name__,
-            )
-        metrics.EXECUTOR_HANDLER_DURATION.labels(dispatch.tool).observe(time.monotonic() - began)
-        tracing.annotate({"toolcall.outcome": outcome.value, "toolcall.reason": reason or ""})
-        now = self._clock()
-        result = ExecutionResult.for_dispatch(
-            dispatch,
-            group=self.group,
-            executor_id=self.executor_id,
-            outcome=outcome,
-            ts=now,
-            reason=reason,
-            retry_possible=retry,
-            detail=detail,
-            output=output,
-            started_at=started_at,
-        )
-        entry = claim.moved_to(EntryState(outcome.value), self.executor_id, now)
-        outputs = [self._entry_out(entry), self._result_out(result, headers)]
-        if outcome is ExecutionOutcome.FAILED:
-            message = (
-                "The action failed; asking again may work."
-                if retry
-                else "The action could not be completed."
-            )
-            outputs.append(
-                self._status_out(
-                    dispatch.key,
-                    dispatch.tool,
-                    (UserState.FAILED, retry, message),
-                    reason or "failed",
-                    headers,
-                )
-            )
-        elif outcome is ExecutionOutcome.UNKNOWN:
-            outputs.append(
-                self._status_out(dispatch.key, dispatch.tool, _UNKNOWN_VIEW, "unknown", headers)
-            )
-        owned.entries[dispatch.dispatch_id] = entry
-        self._count(dispatch.tool, outcome, reason)
-        log.info(
-            "call executed",
-            extra=fields(
-                dispatch_id=dispatch.dispatch_id,
-                tool=dispatch.tool,
-                outcome=outcome.value,
-                reason=reason,
-            ),
-        )
-        await self._after_claim(self._transact(owned, outputs, None))
-        if interrupted:
-            raise asyncio.CancelledError
-
-    async def _refuse(
-        self,
-        owned: _Owned,
-        dispatch: Dispatch,
-        headers: list[tuple[str, bytes]],
-        code: str,
-        *,
-        where: tuple[int, int],
-        refusal: Refusal | None = None,
-        claim: ExecutionEntry | None = None,
-    ) -> None:
-        """Record that a call is not run: ledger entry, result, user status and the offset past
-        its record (``where`` = dispatch partition and offset), in one transaction."""
-        now = self._clock()
-        view = _REFUSAL_VIEW.get(code, _DEFAULT_REFUSAL_VIEW)
-        retry = view[1]
-        blocked_by = refusal.command_id if refusal else None
-        result = ExecutionResult.for_dispatch(
-            dispatch,
-            group=self.group,
-            executor_id=self.executor_id,
-            outcome=ExecutionOutcome.REFUSED,
-            ts=now,
-            reason=code,
-            blocked_by=blocked_by,
-            retry_possible=retry,
-            detail=refusal.detail if refusal else "",
-        )
-        if claim is not None:
-            entry = claim.moved_to(EntryState.REFUSED, self.executor_id, now)
-        else:
-            entry = ExecutionEntry.for_dispatch(
-                dispatch,
-                self.group,
-                self.executor_id,
-                EntryState.REFUSED,
-                now,
-                partition=where[0],
-                offset=where[1],
-            )
-        outputs = [
-            self._entry_out(entry),
-            self._result_out(result, headers),
-            self._status_out(dispatch.key, dispatch.tool, view, code, headers),
-        ]
-        await self._transact(owned, outputs, where[1] + 1)
-        owned.entries[dispatch.dispatch_id] = entry
-        self._count(dispatch.tool, ExecutionOutcome.REFUSED, code)
-        log.info(
-            "call refused by the fence",
-            extra=fields(
-                dispatch_id=dispatch.dispatch_id,
-                tool=dispatch.tool,
-                reason=code,
-                blocked_by=blocked_by,
-            ),
-        )
-
-    async def _record_unknown(self, owned: _Owned, entry: ExecutionEntry, reason: str) -> None:
-        now = self._clock()
-        result = ExecutionResult.from_entry(
-            entry,
-            outcome=ExecutionOutcome.UNKNOWN,
-            executor_id=self.executor_id,
-            ts=now,
-            reason=reason,
-        )
-        final = entry.moved_to(EntryState.UNKNOWN, self.executor_id, now)
-        outputs = [
-            self._entry_out(final),
-            self._result_out(result, []),
-            self._status_out(entry.key, entry.tool, _UNKNOWN_VIEW, "unknown", []),
-        ]
-        await self._transact(owned, outputs, None)
-        owned.entries[entry.dispatch_id] = final
-        self._count(entry.tool, ExecutionOutcome.UNKNOWN, reason)
-        log.warning(
-            "claimed call never finished: outcome unknown, not run again",
-            extra=fields(dispatch_id=entry.dispatch_id, tool=entry.tool),
-        )
-
-    # ------------------------------------------------------------------ outputs
-
-    def _entry_out(self, entry: ExecutionEntry) -> _Out:
-        key = entry_key(entry.group, entry.dispatch_id)
-        return (self.topics.executions, key, encode(entry), entry.dispatch_partition, [])
-
-    def _result_out(self, result: ExecutionResult, headers: list[tuple[str, bytes]]) -> _Out:
-        return (self.topics.results, _turn_key(result.key), encode(result), None, headers)
-
-    def _status_out(
-        self,
-        key: CallKey,
-        tool: str,
-        view: tuple[UserState, bool, str],
-        why: str,
-        headers: list[tuple[str, bytes]],
-    ) -> _Out:
-        state, retry, message = view
-        status = Status(
-            **key.model_dump(),
-            status_id=stable_id("status", key.encoded(), "executor", self.group, why),
-            tool=tool,
-            state=state,
-            retry_possible=retry,
-            message=message,
-            ts=self._clock(),
-        )
-        return (self.topics.status, _turn_key(key), encode(status), None, headers)
-
-    async def _flush_offsets(self, owned: _Owned) -> None:
-        if owned.pending_offset is not None and not owned.lost:
-            await self._transact(owned, [], owned.pending_offset)
-
-    async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
-        """Write ``outputs`` and commit the offset ``next_offset`` (or a pending one) in ONE
-        transaction of the partition's producer.
-
-        Transient errors: a new producer with the same transactional id (its InitProducerId
-        completes or aborts the failed transaction, so a retry never doubles an effect that
-        matters: entries are keyed, results carry a stable ``result_id``), up to
-        ``_TXN_ATTEMPTS``; then :class:`_TransactionFailed`. Fencing: :class:`_Fenced`.
-        """
-        offset = next_offset if next_offset is not None else owned.pending_offset
-        for attempt in range(1, _TXN_ATTEMPTS + 1):
-            if owned.lost:
-                raise _Fenced
-            producer = owned.producer
-            try:
-                await producer.begin_transaction()
-                futures = [
-                    await producer.send(
-                        topic, value=value, key=key, partition=partition, headers=headers
-                    )
-                    for topic, key, value, partition, headers in outputs
-                ]
-                if offset is not None:
-                    tp = TopicPartition(self.topics.dispatch, owned.partition)
-                    await producer.send_offsets_to_transaction(
-                        {tp: OffsetAndMetadata(offset, "")}, self.group
-                    )
-                await asyncio.gather(*futures)
-                await producer.commit_transaction()
-            except (ProducerFenced, AssertionError):
-                # aiokafka reports a fenced producer's later calls as a bare AssertionError
-                owned.lost = True
-                await discard_producer(producer)
-                raise _Fenced from None
-            except KafkaError as exc:
-                log.warning(
-                    "executor transaction failed; retrying with a new producer",
-                    extra=fields(
-                        partition=owned.partition, attempt=attempt, error=type(exc).__name__
-                    ),
-                )
-                await discard_producer(producer)  # never deliver the failed batch later
-                await asyncio.sleep(min(2.0, 0.2 * attempt))
-                try:
-                    owned.producer = await self._new_producer(owned.partition)
-                except ProducerFenced:
-                    owned.lost = True
-                    raise _Fenced from None
-                except (KafkaError, hanging.TransactionHeld):
-                    continue
-                continue
-            if offset is not None and offset >= (owned.pending_offset or 0):
-                owned.pending_offset = None
-            return
-        raise _TransactionFailed
-
-    # ------------------------------------------------------------------ helpers
-
-    def _new_fence(self) -> FenceState:
-        registry = self.registry
-        if registry is None:  # a disabled name it cannot resolve then refuses the tenant's calls
-            known = frozenset(self.handlers.tools())
-            return FenceState(verifier=self._verifier, known_tools=known)
-
-        def canonical(name: str) -> str | None:
-            resolution = registry.resolve(name)
-            return resolution.declaration.name if resolution else None
-
-        def switch_names(name: str, namespace: str | None) -> frozenset[str] | None:
-            resolution = registry.resolve(name, namespace)
-            return registry.switch_names(resolution.declaration) if resolution else None
-
-        return FenceState(
-            verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
-        )
-
-    def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
-        self.stats.count(outcome.value)
-        metrics.EXECUTOR_OUTCOMES.labels(tool, outcome.value, reason or "").inc()
-
-    def _maybe_forget(self) -> None:
-        now = self._clock()
-        if now < self._next_forget:
-            return
-        self._next_forget = now + 60.0
-        self._barrier.forget(now - self._retention)
-
-    @property
-    def barrier(self) -> ControlBarrier:
-        return self._barrier
-
-    def owned_partitions(self) -> list[int]:
-        return sorted(p for p, o in self._owned.items() if not o.lost)
-
-
-def _turn_key(key: CallKey) -> bytes:
-    return key.turn_key.encode()
-
-
-def _trace_headers(record: ConsumerRecord) -> list[tuple[str, bytes]]:
-    found: dict[str, bytes] = {}
-    for name, value in record.headers or ():
-        if name in _TRACE_HEADERS and isinstance(value, bytes) and len(value) <= 512:
-            found[name] = value
-    return list(found.items())
-
-
-def _as_output(returned: object) -> tuple[dict[str, Any] | None, str]:
-    """A handler's return value as a JSON object for the result, or why it was dropped."""
-    if returned is None:
-        return None, ""
-    if isinstance(returned, BaseModel):
-        returned = returned.model_dump(mode="json")
-    if not isinstance(returned, Mapping):
-        return None, "output_not_an_object"
-    try:
-        data = orjson.loads(orjson.dumps(dict(returned)))
-    except (TypeError, orjson.JSONEncodeError):
-        return None, "output_not_json"
-    return (data, "") if isinstance(data, dict) else (None, "output_not_json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.core.assembler import _parse_text_key, _text_key
+from processor.core.assembly_state import _parse_text_key, _text_key
 from processor.core.buffer import CallBuffer
 from processor.core.events import CallKey, encode_key, trusted_call_key
 

@@ -1,0 +1,205 @@
+"""The control topic's commands: cancellation, confirmation, operator switches. No IO.
+
+Owns ``turn.cancelled``, ``call.confirmed`` / ``call.denied`` (bound to the turn's actor, the
+digest and the confirmation deadline, judged by record time), the operator commands (quarantine a
+response, disable/enable a tool, stop/resume a tenant; verified by the keyring first) and replay
+protection (``_admit``: ``control.judge_command`` with the bounded set of seen ids).
+
+Must not handle fragments or response verdicts, and must not drop a command that makes things
+safer (invariant 11). See :mod:`processor.core.assembly_state` for why this is a layer of one
+class."""
+
+from __future__ import annotations
+
+from processor.core import outputs
+from processor.core.binding import TurnBinding
+from processor.core.buffer import CallBuffer
+from processor.core.control import (
+    COMMAND_CLASS,
+    Command,
+    CommandClass,
+    Flag,
+    Verdict,
+    cancel_reason,
+    command_scope,
+    command_state_key,
+    judge_command,
+    response_state_key,
+    tenant_state_key,
+    tool_slot,
+    tool_state_key,
+    turn_state_key,
+)
+from processor.core.events import (
+    AuditOutcome,
+    CallConfirmed,
+    CallDenied,
+    CallKey,
+    OperatorCommand,
+    OutputRecord,
+    ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
+    ToolDisabled,
+    ToolEnabled,
+    TurnCancelled,
+)
+from processor.core.states import CallState, TerminalReason
+
+__all__ = ["ControlCommands"]
+
+
+class ControlCommands(TurnBinding):
+    """Applies cancellations, confirmations and operator commands with replay protection."""
+
+    def _on_turn_cancelled(self, event: TurnCancelled, now: float, out: list[OutputRecord]) -> None:
+        outcome = self._admit(event, now, out)
+        if outcome is None:
+            return
+        reason = cancel_reason(event.reason)
+        turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
+        if turn.cancelled is None:
+            self.control.cancel_turn(turn, reason.value)
+            self._mark(turn_state_key(event.tenant, event.turn_id))
+        affected = self._stop(self._turn_calls(event.tenant, event.turn_id), reason, now, out)
+        out.append(outputs.audit(event, outcome, None, affected, now))
+
+    def _on_confirmed(
+        self, event: CallConfirmed, now: float, written: float, out: list[OutputRecord]
+    ) -> None:
+        if self._admit(event, now, out) is None:
+            return
+        buf = self.calls.get(event.key)
+        problem = self._confirmation_problem(buf, event.actor, written)
+        if problem is None and buf is not None and buf.args_digest != event.args_digest:
+            problem = "digest_mismatch"
+        if problem is not None or buf is None:
+            if problem == "expired" and buf is not None:
+                self._terminate(buf, TerminalReason.CONFIRMATION_EXPIRED, now, out)
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
+            return
+        out.append(outputs.audit(event, AuditOutcome.APPLIED, None, [buf.key], now))
+        self._dispatch(buf, event.command_id, now, out)
+
+    def _on_denied(
+        self, event: CallDenied, now: float, written: float, out: list[OutputRecord]
+    ) -> None:
+        outcome = self._admit(event, now, out)
+        if outcome is None:
+            return
+        buf = self.calls.get(event.key)
+        problem = self._confirmation_problem(buf, event.actor, written)
+        if problem is not None or buf is None:
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
+            return
+        out.append(outputs.audit(event, outcome, None, [buf.key], now))
+        self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
+
+    def _confirmation_problem(
+        self, buf: CallBuffer | None, actor: str, written: float
+    ) -> str | None:
+        if buf is None or buf.state is not CallState.VALIDATED or buf.expires_at is None:
+            return "not_awaiting_confirmation"
+        turn = self.control.turn(buf.key.tenant, buf.key.turn_id)
+        if turn is None or turn.actor != actor:
+            return "wrong_actor"
+        if written > buf.expires_at:
+            return "expired"
+        return None
+
+    def _on_operator(
+        self, event: OperatorCommand, now: float, written: float, out: list[OutputRecord]
+    ) -> None:
+        rejection = self.verifier.verify(event, written)
+        if rejection is not None:
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, rejection, [], now))
+            return
+        outcome = self._admit(event, now, out)
+        if outcome is None:
+            return
+        affected: list[CallKey] = []
+        flag = Flag(command_id=event.command_id, reason=event.reason, set_at=now)
+        match event:
+            case ResponseQuarantined():
+                key = (event.tenant, event.turn_id, event.response_id)
+                self.control.ensure_response(*key, now).quarantined = True
+                self._mark(response_state_key(*key))
+                affected = self._stop(
+                    [b for b in self._turn_calls(*key[:2]) if b.key.response_id == key[2]],
+                    TerminalReason.QUARANTINED,
+                    now,
+                    out,
+                )
+            case ToolDisabled():
+                tool = self._canonical_tool(event.tool)
+                self.control.disabled_tools[(tool_slot(event.tenant), tool)] = flag
+                self._mark(tool_state_key(event.tenant, tool))
+                affected = self._stop(
+                    [
+                        b
+                        for b in self._active.values()
+                        if event.tenant in (None, b.key.tenant) and tool in self._switch_names(b)
+                    ],
+                    TerminalReason.TOOL_DISABLED,
+                    now,
+                    out,
+                )
+            case ToolEnabled():
+                tool = self._canonical_tool(event.tool)
+                self.control.disabled_tools.pop((tool_slot(event.tenant), tool), None)
+                self._mark(tool_state_key(event.tenant, tool))
+            case TenantStopped():
+                self.control.stopped_tenants[event.tenant] = flag
+                self._mark(tenant_state_key(event.tenant))
+                affected = self._stop(
+                    [b for b in self._active.values() if b.key.tenant == event.tenant],
+                    TerminalReason.TENANT_STOPPED,
+                    now,
+                    out,
+                )
+            case TenantResumed():
+                self.control.stopped_tenants.pop(event.tenant, None)
+                self._mark(tenant_state_key(event.tenant))
+        out.append(outputs.audit(event, outcome, None, affected, now))
+
+    def _canonical_tool(self, name: str) -> str:
+        """The name a tool switch naming ``name`` is kept under (switches have no namespace)."""
+        return self.registry.canonical_switch(name)
+
+    def _switch_names(self, buf: CallBuffer) -> frozenset[str]:
+        """The switch names that stop ``buf``'s call: those of the tool its (namespace, name)
+        resolves to, else its name as written (canonical as a switch name)."""
+        declaration = self._declaration(buf)
+        if declaration is not None:
+            names: frozenset[str] = self.registry.switch_names(declaration)
+            return names
+        return frozenset({self._canonical_tool(buf.tool or "")})
+
+    def _admit(self, event: Command, now: float, out: list[OutputRecord]) -> AuditOutcome | None:
+        """Replay protection (``control.judge_command``): the outcome to audit once the command
+        is applied, or None when it must not be (audited here: ``duplicate`` or ``replayed``).
+
+        The set of remembered ids is bounded (``Limits.max_seen_commands``): when it is full, a
+        new command that grants (confirm, resume, enable) is refused as ``replay_window_full``,
+        since its replay could not be detected; one that only makes things safer applies
+        unremembered (applying it twice is harmless, and it is never dropped, invariant 11).
+        """
+        seen = self.control.seen_commands
+        if len(seen) >= self.limits.max_seen_commands and command_scope(event) not in seen:
+            if COMMAND_CLASS[event.type] is CommandClass.GRANT:
+                out.append(
+                    outputs.audit(event, AuditOutcome.REJECTED, "replay_window_full", [], now)
+                )
+                return None
+            return AuditOutcome.APPLIED
+        verdict, scope = judge_command(seen, event, now)
+        if verdict is Verdict.NEW:
+            self._mark(command_state_key(scope))
+            return AuditOutcome.APPLIED
+        if verdict is Verdict.CONFLICT:
+            return AuditOutcome.CONFLICT
+        if verdict is Verdict.DUPLICATE:
+            out.append(outputs.audit(event, AuditOutcome.DUPLICATE, None, [], now))
+        else:
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, "replayed", [], now))
+        return None

@@ -1,0 +1,117 @@
+"""Terminal bookkeeping and bounded memory: how a call ends, and when it is forgotten. No IO.
+
+Owns ``_terminate`` (a call leaves the open indexes, becomes a compact inert record and emits its
+ledger entry and terminal status), ``_stop`` (terminate what is not already absorbing), and
+forgetting: the retention window (``_forget``, invariant 5) and the count bound on inert calls
+(``_evict_oldest``, ``Limits.max_inert_calls``) with the stale horizon it moves
+(``_close_behind``, ``meta:evicted_before``).
+
+Must not touch live buffers' contents or the control rules; it only ends and forgets. See
+:mod:`processor.core.assembly_state` for why this is a layer of one class."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from processor.core import outputs
+from processor.core.assembly_state import _HORIZON_KEY, AssemblyState, _call_state_key
+from processor.core.buffer import CallBuffer
+from processor.core.control import command_state_key, response_state_key, turn_state_key
+from processor.core.events import CallKey, OutputRecord
+from processor.core.inert import InertCall
+from processor.core.states import TerminalReason
+
+__all__ = ["Forgetting"]
+
+
+class Forgetting(AssemblyState):
+    """Ends calls and forgets old state within the retention window and count bounds."""
+
+    def _terminate(
+        self, buf: CallBuffer, reason: TerminalReason, now: float, out: list[OutputRecord]
+    ) -> None:
+        self._uncount(buf)
+        self._mark_texts(buf, buf.terminate(reason, now))
+        key = buf.key.as_tuple
+        self.calls.pop(buf.key, None)
+        self._live.pop(key, None)
+        last_ts = max(buf.last_ts, now)
+        self.inert[key] = InertCall(buf.state, buf.reason, buf.terminal_event_id, now, last_ts)
+        self._ended.append((now, key))
+        self._touch(buf)
+        out.append(outputs.ledger(buf, now))
+        out.append(outputs.terminal_status(buf, now))
+        while len(self.inert) > self.limits.max_inert_calls and self._evict_oldest():
+            pass
+
+    def _stop(
+        self,
+        bufs: Iterable[CallBuffer],
+        reason: TerminalReason,
+        now: float,
+        out: list[OutputRecord],
+    ) -> list[CallKey]:
+        affected = []
+        for buf in bufs:
+            if not buf.state.absorbing:
+                affected.append(buf.key)
+                self._terminate(buf, reason, now, out)
+        return affected
+
+    def _sort_ended(self) -> None:
+        if not self._ended_sorted:
+            self._ended = deque(sorted(self._ended, key=lambda e: e[0]))
+            self._ended_sorted = True
+
+    def _evict_oldest(self) -> bool:
+        """The count bound (``Limits.max_inert_calls``): forget the oldest terminal call before
+        its retention ends, and make fragment events stale up to the latest ``ts`` its own
+        events carried (not its end in worker time: an event's ``ts`` may run up to the clock
+        skew ahead), so no replay of a call forgotten early can open it again. False when
+        nothing was left to forget."""
+        self._sort_ended()
+        while self._ended:
+            ended_at, key = self._ended.popleft()
+            inert = self.inert.get(key)
+            if inert is not None and inert.ended_at == ended_at:
+                del self.inert[key]
+                self._mark(_call_state_key(key))
+                self._close_behind(inert.last_ts)
+                return True
+        return False
+
+    def _close_behind(self, last_ts: float) -> None:
+        """Fragment events dated up to ``last_ts`` are stale from now on."""
+        if last_ts > self._evicted_before:
+            self._evicted_before = last_ts
+            self._mark(_HORIZON_KEY)
+
+    def _forget(self, horizon: float) -> None:
+        """Drop inert facts older than the retention window (bounded memory, invariant 5).
+
+        Turns and responses also go once older than what the count bound forgot (the events
+        that could still need them are refused as stale); seen command ids have their own bound.
+        """
+        self._sort_ended()
+        while self._ended and self._ended[0][0] < horizon:
+            ended_at, key = self._ended.popleft()
+            inert = self.inert.get(key)
+            if inert is not None and inert.ended_at == ended_at:
+                del self.inert[key]
+                self._mark(_call_state_key(key))
+                if inert.last_ts >= horizon:  # its events' ts may run past the retention
+                    self._close_behind(inert.last_ts)
+        control = self.control
+        # a turn or response last seen at t had events dated up to t + skew: forgotten only
+        # once all of those are stale, so a quarantine or a cancel never reopens on a replay
+        facts = max(horizon, self._evicted_before) - self.limits.max_clock_skew_seconds
+        for tk in control.forget_turns(facts, self._active_by_turn):
+            self._mark(turn_state_key(*tk))
+        for rk in control.forget_responses(facts):
+            self._mark(response_state_key(*rk))
+        for scope, seen in list(control.seen_commands.items()):
+            # seen at t, its issued_at is at most t + skew: kept until a replay of it is stale
+            if seen.at < horizon - self.limits.max_clock_skew_seconds:
+                del control.seen_commands[scope]
+                self._mark(command_state_key(scope))

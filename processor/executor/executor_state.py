@@ -1,0 +1,187 @@
+"""The executor client's state: every field, declared once, and the small helpers on it.
+
+Owns ``__init__`` (settings, handlers, the control barrier, the consumer, the owned partitions,
+the lock and stop flags), :class:`ExecutorStats`, the per-partition record :class:`_Owned`, the
+internal signals (:class:`_Fenced`, :class:`_TransactionFailed`, :class:`_Stopping`), the fence
+factory the barrier uses (``_new_fence``), outcome counting and the periodic forgetting of old
+control state.
+
+Must not talk to Kafka nor decide about a record: that is the layers above.
+
+:class:`~processor.executor.client.ExecutorClient` is one class built in layers, each module's
+class the base of the next (bottom to top: ``executor_state``, ``transactions``, ``fencing``,
+``running``, ``claims``, ``client``); a layer calls only itself and the layers below it. They are
+layers of one object rather than collaborators because the state is genuinely shared: the owned
+partitions (producer, ledger view, pending offset), the consumer, the lock and the stop flags
+are read and changed by the loop, the rebalance callbacks and the per-record steps alike, and
+tests reach the running client through one object. All parts log to
+``processor.executor.client``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from processor.core.authn import CommandVerifier
+from processor.core.errors import ConfigurationError
+from processor.core.registry import Registry
+from processor.executor.barrier import ControlBarrier
+from processor.executor.fence import FenceState
+from processor.executor.handlers import Handlers
+from processor.executor.records import ExecutionEntry, ExecutionOutcome
+from processor.observability import metrics
+from processor.settings import Settings
+
+__all__ = ["DEFAULT_GROUP", "ClientState", "ExecutorStats"]
+
+DEFAULT_GROUP: Final = "toolcall-executors"
+
+
+@dataclass
+class ExecutorStats:
+    """Counters for tests and diagnostics (by outcome, and records not run)."""
+
+    outcomes: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0
+    other_tools: int = 0
+    undecodable: int = 0
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def skip(self, why: str) -> None:
+        """Count a record not run: ``undecodable``, ``other_tool`` or ``duplicate``."""
+        if why == "duplicate":
+            self.duplicates += 1
+        elif why == "other_tool":
+            self.other_tools += 1
+        else:
+            self.undecodable += 1
+
+
+class _Fenced(Exception):
+    """This executor lost the partition (its transactional producer was fenced)."""
+
+
+class _TransactionFailed(Exception):
+    """A transaction kept failing; the record in hand must be fetched and decided again."""
+
+
+_T = TypeVar("_T")
+
+
+class _Stopping(Exception):
+    """The executor is stopping; leave the record in hand unacknowledged."""
+
+
+@dataclass
+class _Owned:
+    """A dispatch partition this executor owns: its transactional producer and ledger view."""
+
+    partition: int
+    producer: AIOKafkaProducer
+    entries: dict[str, ExecutionEntry]
+    pending_offset: int | None = None  # next offset to commit, not yet in a transaction
+    lost: bool = False
+
+
+class ClientState:
+    """The fields of one executor client and the helpers every layer uses."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        handlers: Handlers,
+        *,
+        verifier: CommandVerifier,
+        group: str = DEFAULT_GROUP,
+        executor_id: str | None = None,
+        registry: Registry | None = None,
+        barrier_timeout_seconds: float = 30.0,
+        batch_size: int = 20,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not len(handlers):
+            raise ConfigurationError("invalid_handlers", "no handlers registered")
+        undecided = sorted(
+            {
+                f"{r.namespace}.{r.tool}" if r.namespace is not None else r.tool
+                for r in handlers
+                if r.requires_confirmation is None
+                and (registry is None or registry.resolve(r.tool, r.namespace) is None)
+            }
+        )
+        if undecided:  # fail closed: never guess that a tool needs no confirmation
+            raise ConfigurationError(
+                "confirmation_rule_unknown",
+                "neither the handler nor the tool registry says whether "
+                f"{', '.join(undecided)} needs a confirmation: pass the registry (--tools) "
+                "or register the handler with requires_confirmation",
+            )
+        self.settings = settings
+        self.handlers = handlers
+        self.group = group
+        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.registry = registry
+        self.topics = settings.topics
+        self.stats = ExecutorStats()
+        self.assigned = asyncio.Event()
+        self._verifier = verifier
+        self._barrier_timeout = barrier_timeout_seconds
+        self._batch_size = batch_size
+        self._clock = clock
+        self._retention = settings.limits.retention_seconds
+        self._barrier = ControlBarrier(settings, self._new_fence)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._owned: dict[int, _Owned] = {}
+        self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
+        self._lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._abandon = False
+        # takes and releases in progress (they wait on the broker): abandon cancels them
+        self._broker_work: set[asyncio.Task[Any]] = set()
+        self._started = False
+        self._next_forget = 0.0
+
+    def _new_fence(self) -> FenceState:
+        registry = self.registry
+        if registry is None:  # a disabled name it cannot resolve then refuses the tenant's calls
+            known = frozenset(self.handlers.tools())
+            return FenceState(verifier=self._verifier, known_tools=known)
+
+        def canonical(name: str) -> str | None:
+            resolution = registry.resolve(name)
+            return resolution.declaration.name if resolution else None
+
+        def switch_names(name: str, namespace: str | None) -> frozenset[str] | None:
+            resolution = registry.resolve(name, namespace)
+            return registry.switch_names(resolution.declaration) if resolution else None
+
+        return FenceState(
+            verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
+        )
+
+    def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
+        self.stats.count(outcome.value)
+        metrics.EXECUTOR_OUTCOMES.labels(tool, outcome.value, reason or "").inc()
+
+    def _maybe_forget(self) -> None:
+        now = self._clock()
+        if now < self._next_forget:
+            return
+        self._next_forget = now + 60.0
+        self._barrier.forget(now - self._retention)
+
+    @property
+    def barrier(self) -> ControlBarrier:
+        return self._barrier
+
+    def owned_partitions(self) -> list[int]:
+        return sorted(p for p, o in self._owned.items() if not o.lost)

@@ -1,0 +1,166 @@
+"""Handler running: one claimed call's handler, its outcome, and recording it.
+
+Owns ``_execute``: the handler under its timeout and a tracing span; the outcome (``succeeded``,
+``failed``, ``unknown`` on a timeout or a stop while it ran); the result, ledger entry and user
+status written in one transaction; and what a handler's return value becomes (``_as_output``).
+Logs and results never hold argument values, and a handler's exception message is never kept
+(it may quote them): its class name only.
+
+Must not claim, fence or consume: it runs a call that :mod:`processor.executor.claims` claimed.
+
+:class:`~processor.executor.client.ExecutorClient` is one class built in layers, each module's
+class the base of the next (bottom to top: ``executor_state``, ``transactions``, ``fencing``,
+``running``, ``claims``, ``client``); a layer calls only itself and the layers below it. They are
+layers of one object rather than collaborators because the state is genuinely shared: the owned
+partitions (producer, ledger view, pending offset), the consumer, the lock and the stop flags
+are read and changed by the loop, the rebalance callbacks and the per-record steps alike, and
+tests reach the running client through one object. All parts log to
+``processor.executor.client``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+from pydantic import BaseModel
+
+from processor.core.errors import PROCESS_EXCEPTIONS
+from processor.core.events import Dispatch, UserState
+from processor.executor.executor_state import _Owned
+from processor.executor.fencing import Fencing
+from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
+from processor.executor.records import EntryState, ExecutionEntry, ExecutionOutcome, ExecutionResult
+from processor.observability import metrics, tracing
+from processor.observability.logging import fields
+
+__all__ = ["Running"]
+
+log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
+
+_UNKNOWN_VIEW: Final = (
+    UserState.FAILED,
+    False,
+    "We could not confirm whether the action completed; please check before trying again.",
+)
+
+
+class Running(Fencing):
+    """Runs a claimed call's handler and records its outcome."""
+
+    async def _execute(
+        self,
+        owned: _Owned,
+        dispatch: Dispatch,
+        headers: list[tuple[str, bytes]],
+        registration: Registration,
+        claim: ExecutionEntry,
+    ) -> None:
+        call = Call.from_dispatch(dispatch, dict(headers))
+        started_at = self._clock()
+        began = time.monotonic()
+        outcome = ExecutionOutcome.SUCCEEDED
+        reason: str | None = None
+        retry = False
+        detail = ""
+        output: dict[str, Any] | None = None
+        interrupted = False
+        try:
+            attributes = {"toolcall.tool": dispatch.tool, "toolcall.dispatch_id": call.dispatch_id}
+            with tracing.span(f"execute {dispatch.tool}", "internal", attributes):
+                async with asyncio.timeout(registration.timeout_seconds) as deadline:
+                    returned = await registration.handler(call)
+            output, detail = _as_output(returned)
+        except ExecutionFailed as exc:
+            outcome, reason = ExecutionOutcome.FAILED, exc.code
+            retry, detail = exc.retry_possible, exc.detail
+        except OutcomeUnknown as exc:
+            outcome, reason, detail = ExecutionOutcome.UNKNOWN, exc.code, exc.detail
+        except TimeoutError:
+            if deadline.expired():
+                outcome, reason = ExecutionOutcome.UNKNOWN, "handler_timeout"
+            else:
+                outcome, reason, detail = (
+                    ExecutionOutcome.FAILED,
+                    "handler_exception",
+                    "TimeoutError",
+                )
+        except asyncio.CancelledError:
+            outcome, reason, interrupted = ExecutionOutcome.UNKNOWN, "executor_stopped", True
+        except PROCESS_EXCEPTIONS:
+            raise
+        except BaseException as exc:  # a handler bug (or a panic of an extension it uses): the
+            # class name only, the message may hold arguments
+            outcome, reason, detail = (
+                ExecutionOutcome.FAILED,
+                "handler_exception",
+                type(exc).__name__,
+            )
+        metrics.EXECUTOR_HANDLER_DURATION.labels(dispatch.tool).observe(time.monotonic() - began)
+        tracing.annotate({"toolcall.outcome": outcome.value, "toolcall.reason": reason or ""})
+        now = self._clock()
+        result = ExecutionResult.for_dispatch(
+            dispatch,
+            group=self.group,
+            executor_id=self.executor_id,
+            outcome=outcome,
+            ts=now,
+            reason=reason,
+            retry_possible=retry,
+            detail=detail,
+            output=output,
+            started_at=started_at,
+        )
+        entry = claim.moved_to(EntryState(outcome.value), self.executor_id, now)
+        outputs = [self._entry_out(entry), self._result_out(result, headers)]
+        if outcome is ExecutionOutcome.FAILED:
+            message = (
+                "The action failed; asking again may work."
+                if retry
+                else "The action could not be completed."
+            )
+            outputs.append(
+                self._status_out(
+                    dispatch.key,
+                    dispatch.tool,
+                    (UserState.FAILED, retry, message),
+                    reason or "failed",
+                    headers,
+                )
+            )
+        elif outcome is ExecutionOutcome.UNKNOWN:
+            outputs.append(
+                self._status_out(dispatch.key, dispatch.tool, _UNKNOWN_VIEW, "unknown", headers)
+            )
+        owned.entries[dispatch.dispatch_id] = entry
+        self._count(dispatch.tool, outcome, reason)
+        log.info(
+            "call executed",
+            extra=fields(
+                dispatch_id=dispatch.dispatch_id,
+                tool=dispatch.tool,
+                outcome=outcome.value,
+                reason=reason,
+            ),
+        )
+        await self._after_claim(self._transact(owned, outputs, None))
+        if interrupted:
+            raise asyncio.CancelledError
+
+
+def _as_output(returned: object) -> tuple[dict[str, Any] | None, str]:
+    """A handler's return value as a JSON object for the result, or why it was dropped."""
+    if returned is None:
+        return None, ""
+    if isinstance(returned, BaseModel):
+        returned = returned.model_dump(mode="json")
+    if not isinstance(returned, Mapping):
+        return None, "output_not_an_object"
+    try:
+        data = orjson.loads(orjson.dumps(dict(returned)))
+    except (TypeError, orjson.JSONEncodeError):
+        return None, "output_not_json"
+    return (data, "") if isinstance(data, dict) else (None, "output_not_json")

@@ -1,0 +1,183 @@
+"""Transactions: what the executor writes, and writing it atomically with the offset.
+
+Owns the transactional producer of an owned dispatch partition (``_new_producer``: fence the
+previous owner, end its hanging transactions), the output records (ledger entry, result, user
+status) and ``_transact``: the outputs and the offset past the record in ONE transaction, retried
+with a new producer on transient errors, :class:`_Fenced` when another executor owns the
+partition. ``_after_claim`` records the end of a claimed call.
+
+Must not decide what to write, nor consume, nor run handlers.
+
+:class:`~processor.executor.client.ExecutorClient` is one class built in layers, each module's
+class the base of the next (bottom to top: ``executor_state``, ``transactions``, ``fencing``,
+``running``, ``claims``, ``client``); a layer calls only itself and the layers below it. They are
+layers of one object rather than collaborators because the state is genuinely shared: the owned
+partitions (producer, ledger view, pending offset), the consumer, the lock and the stop flags
+are read and changed by the loop, the rebalance callbacks and the per-record steps alike, and
+tests reach the running client through one object. All parts log to
+``processor.executor.client``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Final
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.structs import OffsetAndMetadata
+
+from processor.core.events import CallKey, Status, UserState, encode, stable_id
+from processor.executor.executor_state import ClientState, _Fenced, _Owned, _TransactionFailed
+from processor.executor.records import ExecutionEntry, ExecutionResult, entry_key
+from processor.observability.logging import fields
+from processor.runtime import hanging
+from processor.runtime.clients import discard_producer
+
+__all__ = ["Transactions"]
+
+log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
+
+_TXN_ATTEMPTS: Final = 5
+
+_Out = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
+"""One record to write: topic, key, value, partition (None: by key), headers."""
+
+
+class Transactions(ClientState):
+    """Writes outputs and offsets in one transaction of a partition's producer."""
+
+    async def _new_producer(self, partition: int) -> AIOKafkaProducer:
+        transactional_id = f"{self.group}.executor.{partition}"
+        consumer = self._consumer  # how the coordinator left the id, before InitProducerId
+        previous = (
+            await hanging.previous_transaction(consumer._client, transactional_id)
+            if consumer is not None
+            else None
+        )
+        producer = AIOKafkaProducer(
+            **self.settings.kafka_client_kwargs(),
+            transactional_id=transactional_id,
+            enable_idempotence=True,
+            acks="all",
+            transaction_timeout_ms=self.settings.transaction_timeout_ms,
+            max_request_size=self.settings.max_message_bytes,
+        )
+        try:
+            await producer.start()  # InitProducerId: fences and completes the previous owner's txn
+            # before it writes anything: what the coordinator completed without a marker on an
+            # output partition (processor.runtime.hanging); TransactionHeld when it may not
+            topics = (self.topics.executions, self.topics.results, self.topics.status)
+            await hanging.end_own_hanging(
+                producer.client,
+                producer_id=producer._txn_manager.producer_id,
+                transactional_id=transactional_id,
+                partitions=await hanging.partitions_of(producer.client, topics),
+                owner="executor",
+                bootstrap=self.settings.bootstrap_servers,
+                previous=previous,
+            )
+        except BaseException:
+            await discard_producer(producer)
+            raise
+        return producer
+
+    def _entry_out(self, entry: ExecutionEntry) -> _Out:
+        key = entry_key(entry.group, entry.dispatch_id)
+        return (self.topics.executions, key, encode(entry), entry.dispatch_partition, [])
+
+    def _result_out(self, result: ExecutionResult, headers: list[tuple[str, bytes]]) -> _Out:
+        return (self.topics.results, _turn_key(result.key), encode(result), None, headers)
+
+    def _status_out(
+        self,
+        key: CallKey,
+        tool: str,
+        view: tuple[UserState, bool, str],
+        why: str,
+        headers: list[tuple[str, bytes]],
+    ) -> _Out:
+        state, retry, message = view
+        status = Status(
+            **key.model_dump(),
+            status_id=stable_id("status", key.encoded(), "executor", self.group, why),
+            tool=tool,
+            state=state,
+            retry_possible=retry,
+            message=message,
+            ts=self._clock(),
+        )
+        return (self.topics.status, _turn_key(key), encode(status), None, headers)
+
+    async def _flush_offsets(self, owned: _Owned) -> None:
+        if owned.pending_offset is not None and not owned.lost:
+            await self._transact(owned, [], owned.pending_offset)
+
+    async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
+        """Write ``outputs`` and commit the offset ``next_offset`` (or a pending one) in ONE
+        transaction of the partition's producer.
+
+        Transient errors: a new producer with the same transactional id (its InitProducerId
+        completes or aborts the failed transaction, so a retry never doubles an effect that
+        matters: entries are keyed, results carry a stable ``result_id``), up to
+        ``_TXN_ATTEMPTS``; then :class:`_TransactionFailed`. Fencing: :class:`_Fenced`.
+        """
+        offset = next_offset if next_offset is not None else owned.pending_offset
+        for attempt in range(1, _TXN_ATTEMPTS + 1):
+            if owned.lost:
+                raise _Fenced
+            producer = owned.producer
+            try:
+                await producer.begin_transaction()
+                futures = [
+                    await producer.send(
+                        topic, value=value, key=key, partition=partition, headers=headers
+                    )
+                    for topic, key, value, partition, headers in outputs
+                ]
+                if offset is not None:
+                    tp = TopicPartition(self.topics.dispatch, owned.partition)
+                    await producer.send_offsets_to_transaction(
+                        {tp: OffsetAndMetadata(offset, "")}, self.group
+                    )
+                await asyncio.gather(*futures)
+                await producer.commit_transaction()
+            except (ProducerFenced, AssertionError):
+                # aiokafka reports a fenced producer's later calls as a bare AssertionError
+                owned.lost = True
+                await discard_producer(producer)
+                raise _Fenced from None
+            except KafkaError as exc:
+                log.warning(
+                    "executor transaction failed; retrying with a new producer",
+                    extra=fields(
+                        partition=owned.partition, attempt=attempt, error=type(exc).__name__
+                    ),
+                )
+                await discard_producer(producer)  # never deliver the failed batch later
+                await asyncio.sleep(min(2.0, 0.2 * attempt))
+                try:
+                    owned.producer = await self._new_producer(owned.partition)
+                except ProducerFenced:
+                    owned.lost = True
+                    raise _Fenced from None
+                except (KafkaError, hanging.TransactionHeld):
+                    continue
+                continue
+            if offset is not None and offset >= (owned.pending_offset or 0):
+                owned.pending_offset = None
+            return
+        raise _TransactionFailed
+
+    async def _after_claim(self, write: Awaitable[None]) -> None:
+        """Record the end of a claimed call; if that cannot be written, the claim stays and the
+        next owner of the partition reports the call ``unknown`` (it is never run again)."""
+        try:
+            await write
+        except _TransactionFailed:
+            log.error("could not record the end of a claimed call; it will be reported unknown")
+
+
+def _turn_key(key: CallKey) -> bytes:
+    return key.turn_key.encode()
