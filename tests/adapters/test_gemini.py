@@ -754,22 +754,27 @@ def test_fuzzed_chunks_raise_only_adapter_errors(stream: list[dict[str, Any]]) -
 # --------------------------------------------------------------------------- the property
 
 
+# I-JSON text (RFC 7493 §2.1): no surrogates, no noncharacters, which the Assembler refuses
+_NONCHARACTERS = [chr(cp) for cp in range(0xFDD0, 0xFDF0)] + [
+    chr((plane << 16) | low) for plane in range(17) for low in (0xFFFE, 0xFFFF)
+]
+_IJSON_CHARS = st.characters(exclude_categories=("Cs",), exclude_characters=_NONCHARACTERS)
 SCALARS = (
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)  # I-JSON safe range
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12)
+    | st.text(_IJSON_CHARS, max_size=12)
 )
 VALUES = st.recursive(
     SCALARS,
     lambda inner: (
         st.lists(inner, min_size=1, max_size=4)
-        | st.dictionaries(st.text(max_size=6), inner, min_size=1, max_size=4)
+        | st.dictionaries(st.text(_IJSON_CHARS, max_size=6), inner, min_size=1, max_size=4)
     ),
     max_leaves=20,
 )
-OBJECTS = st.dictionaries(st.text(max_size=6), VALUES, max_size=5)
+OBJECTS = st.dictionaries(st.text(_IJSON_CHARS, max_size=6), VALUES, max_size=5)
 _PLAIN_KEY = re.compile(r"[^.\[\]]+")
 
 
