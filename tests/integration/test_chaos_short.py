@@ -138,7 +138,10 @@ def test_short_chaos_run_with_mcp_executors_runs_each_dispatch_at_most_once(
     summary = report.executions.summary()
     assert report.executions.ok, summary
     assert summary["dispatched"] >= report.verdict.must_dispatch > 50, summary
-    assert summary["fenced"] >= 1 and summary["ran_after_cancel"] == 0, summary
+    # no call ran after its cancellation; whether a cancellation lands between a dispatch and its
+    # claim here is a race the MCP member often wins (a fast stdio server): the fence refusing
+    # one is proven without a race in test_executor_mcp.py (the server never sees the call)
+    assert summary["ran_after_cancel"] == 0, summary
     assert summary["unreported"] == 0 and summary["executed_twice"] == 0, summary
     assert summary["outcomes"].get("unknown", 0) >= 1, summary
     logs = [log.read_text() for log in tmp_path.glob("x*.log")]
