@@ -32,6 +32,7 @@ is held (never commits over the open transaction), with one error log line and t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import shlex
@@ -76,7 +77,8 @@ _NOT_LEADER: Final = frozenset({3, 6, 5})  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEA
 _TOPIC_AUTHORIZATION_FAILED: Final = 29
 _CLUSTER_AUTHORIZATION_FAILED: Final = 31
 _DENIED: Final = frozenset({_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED})
-_ATTEMPTS: Final = 5
+_ATTEMPTS: Final = 8
+_BACKOFF_SECONDS: Final = 0.1  # doubled per attempt, at most 2 s: about 7 s in all
 _DONE: Final = {"abort": "aborted", "commit": "committed"}
 _TRANSACTIONAL_ID_NOT_FOUND: Final = 105
 _TRANSACTION_COORDINATOR: Final = 1  # FindCoordinator key type
@@ -376,16 +378,29 @@ _Client: TypeAlias = Any
 
 
 async def _leaders(
-    client: _Client, partitions: Iterable[TopicPartition]
-) -> dict[int, list[TopicPartition]]:
+    client: _Client, partitions: Iterable[TopicPartition], *, final: bool
+) -> tuple[dict[int, list[TopicPartition]], list[TopicPartition]]:
+    """The partitions by leader, and those without one yet (a new topic, a leader moving),
+    which raise :class:`HangingError` on the ``final`` attempt."""
     by_leader: dict[int, list[TopicPartition]] = {}
+    leaderless: list[TopicPartition] = []
     for tp in partitions:
         await client._wait_on_metadata(tp.topic)
         leader = client.cluster.leader_for_partition(tp)
         if leader is None or leader < 0:
-            raise HangingError(f"no leader for {tp.topic}-{tp.partition}", 5)
+            if final:
+                raise HangingError(f"no leader for {tp.topic}-{tp.partition}", 5)
+            leaderless.append(tp)
+            continue
         by_leader.setdefault(leader, []).append(tp)
-    return by_leader
+    return by_leader, leaderless
+
+
+async def _refresh(client: _Client, attempt: int) -> None:
+    """Fresh metadata after a stale or missing leader, after a backoff (a leader just elected
+    takes a moment to reach every broker's metadata)."""
+    await asyncio.sleep(min(_BACKOFF_SECONDS * 2**attempt, 2.0))
+    await client.force_metadata_update()
 
 
 async def partitions_of(client: _Client, topics: Iterable[str]) -> list[TopicPartition]:
@@ -406,8 +421,8 @@ async def describe_open_transactions(
     wanted = list(dict.fromkeys(partitions))
     found: list[OpenTransaction] = []
     for attempt in range(_ATTEMPTS):
-        retry: list[TopicPartition] = []
-        for leader, tps in (await _leaders(client, wanted)).items():
+        by_leader, retry = await _leaders(client, wanted, final=attempt + 1 == _ATTEMPTS)
+        for leader, tps in by_leader.items():
             response = await client.send(leader, DescribeProducersRequest(tps))
             for topic, parts, _ in response.topics:
                 for index, code, message, producers, _ in parts:
@@ -429,7 +444,7 @@ async def describe_open_transactions(
         if not retry:
             return found
         wanted = retry
-        await client.force_metadata_update()
+        await _refresh(client, attempt)
     return found  # never: the last attempt raises on a partition error
 
 
@@ -444,8 +459,9 @@ async def abort_transactions(
     pending = list(open_txns)
     for attempt in range(_ATTEMPTS):
         by_tp = {t.tp: t for t in pending}
-        retry: list[OpenTransaction] = []
-        for leader, tps in (await _leaders(client, by_tp)).items():
+        by_leader, leaderless = await _leaders(client, by_tp, final=attempt + 1 == _ATTEMPTS)
+        retry: list[OpenTransaction] = [by_tp[tp] for tp in leaderless]
+        for leader, tps in by_leader.items():
             txns = [by_tp[tp] for tp in tps]
             response = await client.send(leader, WriteTxnMarkersRequest(txns, commit=commit))
             for pid, topics, _ in response.markers:
@@ -462,7 +478,7 @@ async def abort_transactions(
         if not retry:
             return
         pending = retry
-        await client.force_metadata_update()
+        await _refresh(client, attempt)
 
 
 async def previous_transaction(client: _Client, transactional_id: str) -> Previous | None:
