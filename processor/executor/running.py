@@ -8,14 +8,8 @@ Logs and results never hold argument values, and a handler's exception message i
 
 Must not claim, fence or consume: it runs a call that :mod:`processor.executor.claims` claimed.
 
-:class:`~processor.executor.client.ExecutorClient` is one class built in layers, each module's
-class the base of the next (bottom to top: ``executor_state``, ``transactions``, ``fencing``,
-``running``, ``claims``, ``client``); a layer calls only itself and the layers below it. They are
-layers of one object rather than collaborators because the state is genuinely shared: the owned
-partitions (producer, ledger view, pending offset), the consumer, the lock and the stop flags
-are read and changed by the loop, the rebalance callbacks and the per-record steps alike, and
-tests reach the running client through one object. All parts log to
-``processor.executor.client``."""
+:class:`~processor.executor.client.ExecutorClient` is one class built in layers; why, and
+their order, is in :mod:`processor.executor.executor_state`."""
 
 from __future__ import annotations
 
