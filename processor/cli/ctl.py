@@ -18,7 +18,7 @@ import orjson
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from processor.cli.errors import CliError, ConfigInvalid, UsageError, classify
+from processor.exits import CliError, ConfigInvalid, UsageError, classify
 from processor.cli.flags import add_connection_flags, load_settings
 from processor.core.errors import ProcessorError
 from processor.core.events import (

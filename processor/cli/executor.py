@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from processor.cli.errors import CliError, classify
+from processor.exits import CliError, classify
 from processor.cli.flags import KEYRING_HELP, add_connection_flags, load_settings
 from processor.cli.tools import add_server_flags, mcp_settings, server_spec
 from processor.core.authn import AllowUnsigned, CommandVerifier

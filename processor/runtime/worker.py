@@ -42,7 +42,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from processor.cli.errors import Unavailable
+from processor.exits import Unavailable
 from processor.core.assembler import Assembler
 from processor.core.authn import CommandVerifier
 from processor.core.registry import Registry

@@ -19,7 +19,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 from processor.cli import worker as worker_commands
-from processor.cli.errors import ExitCode
+from processor.exits import ExitCode
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned, NoKeyring
 from processor.core.errors import ConfigurationError

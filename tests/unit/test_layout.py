@@ -8,12 +8,15 @@ contract in ``pyproject.toml``.)
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import processor
 
+ROOT = Path(processor.__file__).parent
 LIBRARIES = ("runtime", "executor", "ops", "mcp", "core")
 TERMINAL = re.compile(r"\bprint\(|\bsys\.stdout\b|\bsys\.stderr\b")
 
@@ -47,3 +50,33 @@ def test_the_entry_point_stays_a_function_once_the_parser_is_imported() -> None:
     import processor.cli.parser
 
     assert callable(processor.cli.main)
+
+
+def _contracts() -> list[dict[str, Any]]:
+    with (ROOT.parent / "pyproject.toml").open("rb") as file:
+        contracts: list[dict[str, Any]] = tomllib.load(file)["tool"]["importlinter"]["contracts"]
+    return contracts
+
+
+def test_no_library_module_is_exempt_from_importing_the_commands() -> None:
+    """The libraries take the exit-code taxonomy from :mod:`processor.exits`, not from
+    ``processor.cli``: only the ``python -m`` launchers may import a command, and no contract
+    lets any other module through."""
+    guards = [c for c in _contracts() if "processor.cli" in c.get("forbidden_modules", ())]
+    guarded = {m.removeprefix("processor.") for c in guards for m in c["source_modules"]}
+    assert {*LIBRARIES, "exits"} <= guarded, "a library may import processor.cli"
+    for contract in guards:
+        exempt = [
+            rule
+            for rule in contract.get("ignore_imports", ())
+            if not rule.split("->")[0].strip().endswith(".__main__")
+        ]
+        assert exempt == [], f"{contract['name']}: {exempt}"
+
+
+def test_the_exit_code_taxonomy_is_a_library_module() -> None:
+    import processor.cli.errors
+    import processor.exits
+
+    assert processor.exits.CliError.__module__ == "processor.exits"
+    assert processor.cli.errors.ExitCode is processor.exits.ExitCode
