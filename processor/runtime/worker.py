@@ -49,10 +49,10 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from processor.exits import Unavailable
 from processor.core.assembler import Assembler
 from processor.core.authn import CommandVerifier
 from processor.core.registry import Registry
+from processor.exits import Unavailable
 from processor.observability import metrics
 from processor.observability.health import HealthServer
 from processor.observability.logging import fields
