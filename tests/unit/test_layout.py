@@ -1,8 +1,9 @@
-"""The libraries print nothing: only :mod:`processor.cli` writes to the terminal.
+"""The layout's rules: the libraries print nothing, import no command, and modules stay small.
 
 ``runtime``, ``executor``, ``ops``, ``mcp`` and ``core`` return values, raise errors and log;
-the commands of :mod:`processor.cli` print. (That they import no argparse is an import-linter
-contract in ``pyproject.toml``.)
+the commands of :mod:`processor.cli` print. (That they import no argparse and no command is an
+import-linter contract in ``pyproject.toml``; that no library module is exempt from it is
+checked here.) A module over ``MAX_LINES`` lines says in its docstring why it stays whole.
 """
 
 from __future__ import annotations
