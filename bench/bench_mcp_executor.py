@@ -13,7 +13,9 @@ For each transport, against the same server (``examples/mcp_bookings_server.py``
   = the interval between consecutive results' timestamps (executor-side), so polling does not
   count; calls per second per executor = its inverse.
 
-    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python bench/bench_mcp_executor.py [--calls 200]
+    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python bench/bench_mcp_executor.py [--calls 200] [--out F]
+
+(``make bench`` runs it: the section "Executor: MCP servers" of docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -212,17 +214,19 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=200)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the results JSON")
+    args = parser.parse_args(argv)
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     result = asyncio.run(measure(args.calls, bootstrap))
     result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     print(markdown(result))
+    return result
 
 
 if __name__ == "__main__":

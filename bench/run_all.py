@@ -6,10 +6,10 @@ issue 11, whether it is met, with the reason when it is not.
 
     .venv/bin/python bench/run_all.py                 # everything, full scale (tens of minutes)
     .venv/bin/python bench/run_all.py --only core     # run some sections (keys: core, worker,
-                                                      # takeover, gc, state, executor, cli,
-                                                      # gating, assembler, jsonscan, schema,
-                                                      # attack); the
-                                                      # others keep their last figures
+                                                      # takeover, gc, state, executor, mcp,
+                                                      # cli, gating, assembler, jsonscan,
+                                                      # schema, attack); the others keep
+                                                      # their last figures
                                                       # (bench/results/<key>.section.json)
     .venv/bin/python bench/run_all.py --smoke --doc /tmp/b.md --results /tmp/r
                                                       # minimal scale: what ``make test`` runs
@@ -168,6 +168,29 @@ SECTIONS = [
         lambda stdout, result: str(_module("bench_executor_barrier").markdown(result)),
         "Before a call runs, the executor reads its turn's control partition up to the end "
         "offset; when nothing new is there, that is one ListOffsets round trip.",
+    ),
+    Section(
+        "mcp",
+        "Executor: MCP servers (stdio and Streamable HTTP) against a bare tools/call",
+        "bench_mcp_executor.py",
+        ["--calls", "200"],
+        ["--calls", "5"],
+        "mcp_executor.json",
+        "--out",
+        lambda stdout, result: str(_module("bench_mcp_executor").markdown(result)),
+        "What `processor executor mcp` adds per call over a bare `tools/call` on the same server "
+        "(`examples/mcp_bookings_server.py`'s read-only `list_free_slots`, a server process of "
+        "its own, real broker), for each transport. *bare*: `--calls` sequential `tools/call` "
+        "on one MCP session, mean time per call. *through the executor*: as many dispatch "
+        "records of one turn through `ExecutorClient` and the MCP handlers (the fence, i.e. the "
+        "control barrier, twice; the claim transaction; the `tools/call`; the outcome "
+        "transaction), time per call measured between consecutive results' timestamps, the "
+        "first 10 calls left out as warm-up. *added per call*: the difference; *ratio*: "
+        "through the executor / bare. *calls/s per executor*: the inverse of the time per "
+        "call, since calls of one turn run one after the other (one partition; a group scales "
+        "with dispatch partitions and members). The *no-op* figure is the same executor with "
+        "an in-process handler that returns at once: the executor client's own per-call cost, "
+        "whatever the handler. No target: it says what an MCP tool costs, and where.",
     ),
     Section(
         "cli",
@@ -363,6 +386,13 @@ def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
             f"{full['inert_calls']:,.0f} retained calls / holding {empty['inert_calls']:,.0f} "
             f"retained calls (no target set; flat is 1.0) "
             f"| {state['ratio_full_vs_empty']:.2f} | - |"
+        )
+    mcp = summaries.get("mcp", {}).get("result")
+    if mcp:
+        shown = ", ".join(f"{t} {r['ratio']:.1f}x" for t, r in mcp["transports"].items())
+        rows.append(
+            "| executor (MCP): time per call through the executor / a bare `tools/call` "
+            f"(no target set) | {shown} | - |"
         )
     cli = summaries.get("cli", {})
     if cli.get("status") == 0:

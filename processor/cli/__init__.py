@@ -2,7 +2,8 @@
 
 - :mod:`processor.cli.parser` — the top-level parser (imports a command's module only when it runs)
   and ``processor --version``;
-- :mod:`processor.cli.errors` — the error boundary: one line on stderr, a documented exit code;
+- :mod:`processor.cli.errors` — the error boundary: one line on stderr, a documented exit code
+  (the codes and the expected failures themselves are :mod:`processor.exits`, a library module);
 - :mod:`processor.cli.flags` — the Kafka connection flags and the settings built from them;
 - one module per command group: :mod:`~processor.cli.worker`, :mod:`~processor.cli.executor`
   (``executor run`` and ``executor mcp``), :mod:`~processor.cli.adapt`,

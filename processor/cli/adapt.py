@@ -27,8 +27,8 @@ import zlib
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Final, Literal
 
-from processor.cli.errors import UsageError
 from processor.cli.flags import add_common_flags, settings_from_args
+from processor.exits import UsageError
 
 if TYPE_CHECKING:  # imported when the command runs, so `processor adapt --help` stays fast
     from processor.adapters.base import StreamAdapter, TurnContext

@@ -18,7 +18,6 @@ import orjson
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from processor.cli.errors import CliError, ConfigInvalid, UsageError, classify
 from processor.cli.flags import add_connection_flags, load_settings
 from processor.core.errors import ProcessorError
 from processor.core.events import (
@@ -35,6 +34,7 @@ from processor.core.events import (
     TurnStarted,
     describe_validation_error,
 )
+from processor.exits import CliError, ConfigInvalid, UsageError, classify
 from processor.ops.ctl import (
     DEFAULT_TTL_SECONDS,
     ENV_KEY_FILE,

@@ -36,13 +36,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from processor.cli.errors import CliError, classify
 from processor.cli.flags import KEYRING_HELP, add_connection_flags, load_settings
 from processor.cli.tools import add_server_flags, mcp_settings, server_spec
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.errors import ProcessorError
 from processor.executor.client import DEFAULT_GROUP, ExecutorClient
 from processor.executor.handlers import load_handlers
+from processor.exits import CliError, classify
 from processor.observability.logging import configure_logging, fields
 from processor.runtime import topics as runtime_topics
 from processor.runtime.clients import admin_client

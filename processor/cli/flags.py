@@ -3,7 +3,7 @@
 Cheap to import (argparse only): :mod:`processor.settings` (pydantic-settings) is imported when a
 command builds its settings, not when the parser is built, so ``processor --help`` and the
 offline commands stay fast. An invalid setting becomes a one-line
-:class:`~processor.cli.errors.ConfigInvalid` naming the setting and its environment variable.
+:class:`~processor.exits.ConfigInvalid` naming the setting and its environment variable.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
-from processor.cli.errors import ConfigInvalid, debug_requested, record_client_errors
+from processor.cli.errors import debug_requested
+from processor.exits import ConfigInvalid, record_client_errors
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -66,7 +67,7 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
     """Settings from the environment, overridden by every common flag that was given and by
     ``extra`` (a command's own flags, as settings fields; ``None`` values are ignored).
 
-    Raises :class:`~processor.cli.errors.ConfigInvalid` when a value is invalid."""
+    Raises :class:`~processor.exits.ConfigInvalid` when a value is invalid."""
     from pydantic import ValidationError  # noqa: PLC0415  (kept off the parser's import path)
 
     from processor.settings import Settings  # noqa: PLC0415

@@ -12,9 +12,9 @@ from typing import IO
 
 import orjson
 
-from processor.cli.errors import ConfigInvalid
 from processor.cli.flags import add_common_flags, add_connection_flags, load_settings
 from processor.core.events import AuditOutcome
+from processor.exits import ConfigInvalid
 from processor.runtime.tail import TAIL_ROLES, run_tail
 
 

@@ -9,8 +9,8 @@ import argparse
 import asyncio
 import sys
 
-from processor.cli.errors import ExitCode
 from processor.cli.flags import add_common_flags, load_settings
+from processor.exits import ExitCode
 from processor.runtime.clients import admin_client
 from processor.runtime.topics import (
     EXECUTOR_LEDGER,

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from typing import Final
 
 from processor.cli import errors as cli_errors
-from processor.cli.errors import ConfigInvalid
 from processor.cli.flags import KEYRING_HELP, add_common_flags, load_settings
 from processor.core.authn import AllowUnsigned, CommandVerifier, NoKeyring
+from processor.exits import ConfigInvalid
 from processor.observability.logging import configure_logging, fields
 from processor.settings import Settings
 

@@ -24,6 +24,13 @@ tenant" in tool switches and operator scopes. Real provider ids (``call_…``, `
 Other names and ids (actors, issuers, tool names, event ids) are 1 to 256 (tool names 128)
 characters without control characters. State keys never rely on any of this: :func:`encode_key`
 is injective for any strings.
+
+The models live by family, one module each: :mod:`~processor.core.wire_types` (version, field
+types, call identity, keys), :mod:`~processor.core.fragment_events`,
+:mod:`~processor.core.control_events` and :mod:`~processor.core.output_records`. This module is
+the contract's one import point (it re-exports every model, so callers import from here) and
+owns reading and writing records: :func:`decode_input`, :func:`encode`, the error descriptions
+that never carry a value.
 """
 
 from __future__ import annotations
@@ -32,324 +39,134 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
 from enum import StrEnum
 from types import UnionType
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import orjson
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-)
-
-from processor.core.errors import RecordRejected
-
-WIRE_VERSION: Final = 1
-
-IDENT_PATTERN: Final = r"^[!-~]{1,256}$"
-"""A key identifier: 1 to 256 visible ASCII characters (``!`` to ``~``)."""
-TENANT_PATTERN: Final = r"^[!-)+-.0-~]{1,256}$"
-"""A tenant: an identifier without ``/`` (the turn key ``tenant/turn_id`` splits at its first
-``/``) and without ``*`` (which names every tenant in tool switches and operator scopes)."""
-_NO_CONTROL: Final = r"^[^\x00-\x1f\x7f-\x9f]*$"
-
-Ident = Annotated[str, Field(min_length=1, max_length=256, pattern=IDENT_PATTERN)]
-"""``turn_id``, ``response_id``, ``item_id``, ``call_id``, ``command_id``."""
-Tenant = Annotated[str, Field(min_length=1, max_length=256, pattern=TENANT_PATTERN)]
-Id = Annotated[str, Field(min_length=1, max_length=256, pattern=_NO_CONTROL)]
-"""Other ids and names (actors, issuers, event ids, digests): no control characters."""
-Name = Annotated[str, Field(min_length=1, max_length=128, pattern=_NO_CONTROL)]
-Reason = Annotated[str, Field(max_length=512, pattern=r"(?s)^.*$")]
-"""Free text up to 512 characters; the pattern refuses a lone surrogate, which no UTF-8 JSON holds
-(so a command built in-process can always be signed and encoded)."""
-Time = Annotated[float, Field(allow_inf_nan=False)]
-"""Epoch seconds: a finite JSON number (integers accepted; booleans, strings, NaN, ±inf not)."""
-
-
-def _exactly(value: object) -> object:
-    """A ``Literal`` integer must be an integer: ``True`` compares equal to 1 and is refused."""
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not an integer")
-    return value
-
-
-_STRICT: Final = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
-"""Strict types on the wire: no coercion from strings, booleans or floats."""
-Lax = Field(strict=False)
-"""Enums decode from their JSON value (a string); strict mode would want the Python member."""
-
-
-class _Record(BaseModel):
-    model_config = _STRICT
-
-    v: Annotated[Literal[1], BeforeValidator(_exactly)] = 1
-
-
-# --------------------------------------------------------------------------- call identity
-
-
-class CallKey(BaseModel):
-    """The identity of one tool call. Never key by ``call_id`` alone: it is not globally unique."""
-
-    model_config = _STRICT
-
-    tenant: Tenant
-    turn_id: Ident
-    response_id: Ident
-    item_id: Ident
-    call_id: Ident
-
-    @property
-    def turn_key(self) -> str:
-        return turn_key(self.tenant, self.turn_id)
-
-    @property
-    def as_tuple(self) -> tuple[str, str, str, str, str]:
-        return (self.tenant, self.turn_id, self.response_id, self.item_id, self.call_id)
-
-    def encoded(self) -> str:
-        """A stable, injective string form (used as a state key and in digests)."""
-        return encode_key(self.as_tuple)
-
-
-def turn_key(tenant: str, turn_id: str) -> str:
-    """The Kafka key of every turn-scoped record: ``tenant/turn_id``."""
-    return f"{tenant}/{turn_id}"
-
-
-class CallRecord(_Record):
-    tenant: Tenant
-    turn_id: Ident
-    response_id: Ident
-    item_id: Ident
-    call_id: Ident
-
-    @property
-    def key(self) -> CallKey:
-        # the record's own fields were validated when it was made: no second validation
-        return trusted_call_key(
-            self.tenant, self.turn_id, self.response_id, self.item_id, self.call_id
-        )
-
-
-_CALL_KEY_FIELDS: Final = frozenset(CallKey.model_fields)
-
-
-def trusted_call_key(
-    tenant: str, turn_id: str, response_id: str, item_id: str, call_id: str
-) -> CallKey:
-    """A CallKey from already-validated ids, without validation.
-
-    What ``CallKey.model_construct`` makes (equal, same hash, same fields set), at a third of
-    its cost: the Assembler needs one per fragment event, so it is on the per-delta path.
-    """
-    key = CallKey.__new__(CallKey)
-    put = object.__setattr__
-    put(
-        key,
-        "__dict__",
-        {
-            "tenant": tenant,
-            "turn_id": turn_id,
-            "response_id": response_id,
-            "item_id": item_id,
-            "call_id": call_id,
-        },
-    )
-    put(key, "__pydantic_fields_set__", set(_CALL_KEY_FIELDS))
-    put(key, "__pydantic_extra__", None)
-    put(key, "__pydantic_private__", None)
-    return key
-
-
-# --------------------------------------------------------------------------- fragments
-
-
-class _Fragment(CallRecord):
-    event_id: Id
-    provider: Name
-    ts: Time
-
-
-class CallStarted(_Fragment):
-    """A call opened: names the tool as the model wrote it and the actor the adapter saw."""
-
-    type: Literal["call.started"] = "call.started"
-    seq: Annotated[Literal[0], BeforeValidator(_exactly)] = 0
-    tool: Name
-    namespace: Name | None = None
-    """The namespace the model named the tool in (OpenAI Responses ``namespace``); absent or
-    null: a bare tool. Part of the tool's identity: ``crm`` + ``transfer`` is not ``transfer``."""
-    actor: Id
-    session: Id | None = None
-
-
-class CallDelta(_Fragment):
-    """One piece of a call's argument text at documented position ``seq`` (1..n)."""
-
-    type: Literal["call.delta"] = "call.delta"
-    seq: Annotated[int, Field(ge=1)]
-    delta: str
-
-
-class CallEnded(_Fragment):
-    """The protocol's terminal signal for one call.
-
-    ``seq`` is the position after the last delta (n + 1 for n deltas), so the Assembler knows
-    whether every position 1..n arrived. ``arguments`` is the provider's full final argument
-    text where the protocol repeats it, used only as a cross-check.
-    """
-
-    type: Literal["call.ended"] = "call.ended"
-    seq: Annotated[int, Field(ge=1)]
-    terminal_event_id: Id
-    arguments: str | None = None
-
-
-class ResponseStatus(StrEnum):
-    COMPLETED = "completed"
-    FAILED = "failed"
-    INCOMPLETE = "incomplete"
-    CANCELLED = "cancelled"
-    ERROR = "error"
-    NOT_CHOSEN = "not_chosen"  # an alternative (n > 1, candidateCount > 1) that must not act
-
-
-class ResponseEnded(_Record):
-    """A provider response ended: every call of it still open becomes inert."""
-
-    type: Literal["response.ended"] = "response.ended"
-    event_id: Id
-    tenant: Tenant
-    turn_id: Ident
-    response_id: Ident
-    provider: Name
-    ts: Time
-    status: Annotated[ResponseStatus, Lax]
-    reason: Reason = ""
-
-
-FragmentEvent = Annotated[
-    CallStarted | CallDelta | CallEnded | ResponseEnded, Field(discriminator="type")
-]
-
-
-# --------------------------------------------------------------------------- control
-
-
-class _Control(_Record):
-    command_id: Ident
-    issued_by: Id
-    issued_at: Time
-    reason: Reason = ""
-
-
-class TurnCancelReason(StrEnum):
-    USER_STOP = "user_stop"
-    SUPERSEDED = "superseded"
-    CONNECTION_LOST = "connection_lost"
-
-
-class TurnStarted(_Control):
-    """Binds the authenticated actor to a turn (written by the gateway)."""
-
-    type: Literal["turn.started"] = "turn.started"
-    tenant: Tenant
-    turn_id: Ident
-    actor: Id
-    session: Id | None = None
-
-
-class TurnCancelled(_Control):
-    """Absorbing: the turn's open calls become inert and its later events are rejected.
-
-    ``reason`` is one of :class:`TurnCancelReason` or a free-form operator reason.
-    """
-
-    type: Literal["turn.cancelled"] = "turn.cancelled"
-    tenant: Tenant
-    turn_id: Ident
-
-
-class CallConfirmed(_Control, CallRecord):
-    """The user confirmed exactly the arguments whose digest is ``args_digest``."""
-
-    type: Literal["call.confirmed"] = "call.confirmed"
-    actor: Id
-    args_digest: Id
-
-
-class CallDenied(_Control, CallRecord):
-    type: Literal["call.denied"] = "call.denied"
-    actor: Id
-    args_digest: Id | None = None
-
-
-class _Operator(_Control):
-    """An operator command. Signed (Ed25519 over the canonical JSON without ``signature``)."""
-
-    key_id: Id | None = None
-    expires_at: Time | None = None
-    signature: str | None = None
-
-
-class ResponseQuarantined(_Operator):
-    type: Literal["response.quarantined"] = "response.quarantined"
-    tenant: Tenant
-    turn_id: Ident
-    response_id: Ident
-
-
-class ToolDisabled(_Operator):
-    """Disable ``tool`` for ``tenant`` (or for every tenant when ``tenant`` is null)."""
-
-    type: Literal["tool.disabled"] = "tool.disabled"
-    tool: Name
-    tenant: Tenant | None = None
-
-
-class ToolEnabled(_Operator):
-    type: Literal["tool.enabled"] = "tool.enabled"
-    tool: Name
-    tenant: Tenant | None = None
-
-
-class TenantStopped(_Operator):
-    """Stop every in-flight buffer of ``tenant`` and refuse its new calls until resumed."""
-
-    type: Literal["tenant.stopped"] = "tenant.stopped"
-    tenant: Tenant
-
-
-class TenantResumed(_Operator):
-    type: Literal["tenant.resumed"] = "tenant.resumed"
-    tenant: Tenant
-
-
-OperatorCommand = ResponseQuarantined | ToolDisabled | ToolEnabled | TenantStopped | TenantResumed
-OPERATOR_TYPES: Final = (
+from pydantic import BaseModel, Field, ValidationError
+
+from processor.core.control_events import (
+    CONTROL_TYPES,
+    OPERATOR_TYPES,
+    CallConfirmed,
+    CallDenied,
+    ControlEvent,
+    OperatorCommand,
     ResponseQuarantined,
+    TenantResumed,
+    TenantStopped,
     ToolDisabled,
     ToolEnabled,
-    TenantStopped,
-    TenantResumed,
+    TurnCancelled,
+    TurnCancelReason,
+    TurnStarted,
+)
+from processor.core.errors import RecordRejected
+from processor.core.fragment_events import (
+    FRAGMENT_TYPES,
+    CallDelta,
+    CallEnded,
+    CallStarted,
+    FragmentEvent,
+    ResponseEnded,
+    ResponseStatus,
+    _Fragment,
+)
+from processor.core.output_records import (
+    OUTPUT_TOPIC,
+    OUTPUT_TYPES,
+    Audit,
+    AuditOutcome,
+    DeadLetter,
+    Dispatch,
+    Ledger,
+    OutputRecord,
+    Proposal,
+    Status,
+    UserState,
+)
+from processor.core.wire_types import (
+    IDENT_PATTERN,
+    TENANT_PATTERN,
+    WIRE_VERSION,
+    CallKey,
+    CallRecord,
+    Id,
+    Ident,
+    Lax,
+    Name,
+    Reason,
+    Tenant,
+    Time,
+    decode_key,
+    encode_key,
+    stable_id,
+    trusted_call_key,
+    turn_key,
 )
 
-ControlEvent = Annotated[
-    TurnStarted
-    | TurnCancelled
-    | CallConfirmed
-    | CallDenied
-    | ResponseQuarantined
-    | ToolDisabled
-    | ToolEnabled
-    | TenantStopped
-    | TenantResumed,
-    Field(discriminator="type"),
+__all__ = [
+    "ALL_INPUT_TYPES",
+    "CONTROL_TYPES",
+    "DEFAULT_CLOCK_SKEW_SECONDS",
+    "FRAGMENT_TYPES",
+    "IDENT_PATTERN",
+    "OPERATOR_TYPES",
+    "OUTPUT_TOPIC",
+    "OUTPUT_TYPES",
+    "TENANT_PATTERN",
+    "WIRE_VERSION",
+    "Audit",
+    "AuditOutcome",
+    "CallConfirmed",
+    "CallDelta",
+    "CallDenied",
+    "CallEnded",
+    "CallKey",
+    "CallRecord",
+    "CallStarted",
+    "ControlEvent",
+    "DeadLetter",
+    "Dispatch",
+    "FragmentEvent",
+    "Id",
+    "Ident",
+    "InputEvent",
+    "Lax",
+    "Ledger",
+    "Name",
+    "OperatorCommand",
+    "OutputRecord",
+    "Proposal",
+    "Reason",
+    "ResponseEnded",
+    "ResponseQuarantined",
+    "ResponseStatus",
+    "Status",
+    "Tenant",
+    "TenantResumed",
+    "TenantStopped",
+    "Time",
+    "ToolDisabled",
+    "ToolEnabled",
+    "TurnCancelReason",
+    "TurnCancelled",
+    "TurnStarted",
+    "UserState",
+    "check_time",
+    "decode_input",
+    "decode_input_value",
+    "decode_key",
+    "describe_validation_error",
+    "encode",
+    "encode_key",
+    "event_time",
+    "parse_input",
+    "quoted_name",
+    "stable_id",
+    "trusted_call_key",
+    "turn_key",
 ]
 
 InputEvent = Annotated[
@@ -368,161 +185,6 @@ InputEvent = Annotated[
     | TenantResumed,
     Field(discriminator="type"),
 ]
-
-FRAGMENT_TYPES: Final = frozenset({"call.started", "call.delta", "call.ended", "response.ended"})
-CONTROL_TYPES: Final = frozenset(
-    {
-        "turn.started",
-        "turn.cancelled",
-        "call.confirmed",
-        "call.denied",
-        "response.quarantined",
-        "tool.disabled",
-        "tool.enabled",
-        "tenant.stopped",
-        "tenant.resumed",
-    }
-)
-
-
-# --------------------------------------------------------------------------- outputs
-
-
-class Dispatch(CallRecord):
-    """A validated, bound, permitted (and where required, confirmed) call for executors."""
-
-    type: Literal["dispatch"] = "dispatch"
-    dispatch_id: Id
-    tool: Name
-    namespace: Name | None = None  # the tool's namespace (absent: a bare tool)
-    tool_version: str
-    arguments: dict[str, Any]
-    args_digest: Id
-    actor: Id
-    provider: Name
-    terminal_event_id: Id
-    confirmation_ref: Id | None = None
-    ts: Time
-
-
-class Proposal(CallRecord):
-    """A validated call that waits for the user's confirmation of exactly ``args_digest``."""
-
-    type: Literal["proposal"] = "proposal"
-    proposal_id: Id
-    tool: Name
-    namespace: Name | None = None  # the tool's namespace (absent: a bare tool)
-    tool_version: str
-    arguments: dict[str, Any]
-    args_digest: Id
-    actor: Id
-    expires_at: Time
-    ts: Time
-
-
-class UserState(StrEnum):
-    PREPARING = "preparing"
-    AWAITING_CONFIRMATION = "awaiting_confirmation"
-    DISPATCHED = "dispatched"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
-
-class Status(CallRecord):
-    """What the user may be told. ``preparing`` is a cue, never an action."""
-
-    type: Literal["status"] = "status"
-    status_id: Id
-    tool: Name | None = None
-    namespace: Name | None = None  # the tool's namespace (absent: a bare tool)
-    state: Annotated[UserState, Lax]
-    retry_possible: bool
-    message: Reason
-    provider_reason: Reason | None = None  # the provider's stop reason, when it voided the call
-    ts: Time
-
-
-class Ledger(CallRecord):
-    """What happened to one call, once it is terminal. Never argument values."""
-
-    type: Literal["ledger"] = "ledger"
-    ledger_id: Id
-    tool: Name | None
-    namespace: Name | None = None  # the tool's namespace as resolved, else as written
-    tool_version: str | None = None
-    alias_used: Name | None = None
-    state: str
-    terminal_reason: str | None
-    fragment_count: int
-    duplicate_count: int
-    bytes: int
-    parse_result: str | None = None
-    validation_result: str | None = None
-    dispatch_decision: str
-    dispatch_id: Id | None = None
-    args_digest: Id | None = None
-    provider_reason: Reason | None = None  # the provider's stop reason, when it voided the call
-    ts: Time
-
-
-class AuditOutcome(StrEnum):
-    """What became of a command (see ``processor.core.control`` for the replay rules).
-
-    ``duplicate``: a command that only makes things safer, repeated with the same id and the same
-    content; a no-op (its first copy applied). ``conflict``: such a command whose id was used
-    before, in the same scope, by a different command; it was applied all the same.
-    """
-
-    APPLIED = "applied"
-    REJECTED = "rejected"
-    DUPLICATE = "duplicate"
-    CONFLICT = "conflict"
-
-
-class Audit(_Record):
-    """A control or operator command, who issued it, why, and the call keys it touched."""
-
-    type: Literal["audit"] = "audit"
-    audit_id: Id
-    command_id: Ident
-    command_type: Name
-    issued_by: Id
-    tenant: Tenant | None = None
-    reason: Reason
-    outcome: Annotated[AuditOutcome, Lax]
-    rejection: Reason | None = None
-    affected: list[CallKey] = Field(default_factory=list)
-    ts: Time
-
-
-class DeadLetter(_Record):
-    """A record that could not be used. Carries coordinates, size and digest, never the payload."""
-
-    type: Literal["deadletter"] = "deadletter"
-    deadletter_id: Id
-    source_topic: str
-    partition: int
-    offset: int
-    reason: Reason
-    detail: Reason = ""
-    payload_bytes: int
-    payload_sha256: str
-    ts: Time
-
-
-OutputRecord = Dispatch | Proposal | Status | Ledger | Audit | DeadLetter
-OUTPUT_TYPES: Final = (Dispatch, Proposal, Status, Ledger, Audit, DeadLetter)
-
-# Which output topic (without prefix) each output record belongs to.
-OUTPUT_TOPIC: Final[dict[type[BaseModel], str]] = {
-    Dispatch: "dispatch",
-    Proposal: "proposals",
-    Status: "status",
-    Ledger: "ledger",
-    Audit: "audit",
-    DeadLetter: "deadletter",
-}
-
 
 # --------------------------------------------------------------------------- codec
 
@@ -698,51 +360,3 @@ def encode(record: BaseModel) -> bytes:
         return orjson.dumps(data)
     except TypeError:
         return json.dumps(data, ensure_ascii=True, allow_nan=False).encode("ascii")
-
-
-_ESCAPED: Final = "~"
-
-
-def encode_key(parts: Sequence[str | int | None]) -> str:
-    """An injective, never-raising string form of a tuple of ids (state keys, digests).
-
-    Normally the orjson array of the parts (so ``["acme","t1"]``). A part holding a lone surrogate
-    is not UTF-8 and cannot be written that way: then every string part is replaced by the hex of
-    its ``surrogatepass`` UTF-8 bytes and the array is prefixed with ``~``. The two forms cannot
-    meet (one starts with ``[``, the other with ``~``) and each is injective, so two different
-    tuples never share a key, whatever their strings hold (a separator, quotes, U+001F, …).
-    """
-    try:
-        return orjson.dumps(list(parts)).decode()
-    except TypeError:
-        escaped = [
-            p.encode("utf-8", "surrogatepass").hex() if isinstance(p, str) else p for p in parts
-        ]
-        return _ESCAPED + orjson.dumps(escaped).decode()
-
-
-def decode_key(text: str) -> list[Any]:
-    """The parts :func:`encode_key` encoded (raises ValueError on text it did not make)."""
-    if text.startswith(_ESCAPED):
-        return [
-            bytes.fromhex(p).decode("utf-8", "surrogatepass") if isinstance(p, str) else p
-            for p in orjson.loads(text[len(_ESCAPED) :])
-        ]
-    parts = orjson.loads(text)
-    if not isinstance(parts, list):
-        raise ValueError("not an encoded key")
-    return parts
-
-
-def stable_id(*parts: str) -> str:
-    """A deterministic id from its parts (the core has no randomness).
-
-    Each part is length-prefixed, so no part's content can shift the boundary between parts
-    (a part holding a separator such as U+001F never passes for two parts).
-    """
-    chunks: list[bytes] = []
-    for part in parts:
-        data = part.encode("utf-8", "surrogatepass")
-        chunks.append(len(data).to_bytes(8, "big"))
-        chunks.append(data)
-    return hashlib.sha256(b"".join(chunks)).hexdigest()[:32]  # one update: the same digest

@@ -35,6 +35,13 @@ failed stays failed and raises the same error on every later call.
 :meth:`JsonSyntaxScanner.snapshot` returns JSON-serialisable state for the state changelog.
 It carries member names of open objects and a pending number's digits, i.e. argument
 content: it is state, like the buffer's bytes, and must never be logged.
+
+Why one module: it is one state machine on the per-delta hot path. The modes, number
+substates, character tables and fast-path regexes are module constants the loop reads as fast
+globals, and the methods read and write the same two dozen fields of the scanner; moving the
+tables or a family of methods elsewhere would put attribute lookups on the hot path
+(``bench/ab_jsonscan.py`` measures it) and spread one grammar over several files. Only the
+snapshot readers at the end (``_int``, ``_bool``, ``_str``) are incidental, and small.
 """
 
 from __future__ import annotations

@@ -59,6 +59,17 @@ that wait for their own events (an abandoned stream) never pause a partition.
 ``traceparent``: each output takes the header of the input record that caused it; outputs of
 ``tick`` (idle expiry) and outputs caused by a record without the header use the last traceparent
 seen on a fragment of the same turn (a bounded, in-memory map: lost on restart).
+
+Why one module: a :class:`PartitionTask` is one object with one life (``prepare``, then
+``build`` and ``commit`` per batch, ``close``), and its phases share every field: the
+Assembler, the producer, ``expected``, the changelog position, whether the Assembler is clean
+enough to keep, the local store and the traceparents. ``prepare``'s order (fence, end hanging
+transactions, restore from the kept Assembler, the store or the changelog, then seek) is the
+invariant this docstring states, and it reads best in one place. The parts it drives already
+live apart: the store (:mod:`~processor.runtime.store`), the restore
+(:mod:`~processor.runtime.restore`), the transaction (:mod:`~processor.runtime.transaction`),
+hanging transactions (:mod:`~processor.runtime.hanging`) and record encoding
+(:mod:`~processor.runtime.codec`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A worker or executor pod often starts before its broker does. :func:`wait_for_broker` retries
 with backoff (0.5 s doubling to 5 s) for ``startup_timeout_seconds``
 (``PROCESSOR_STARTUP_TIMEOUT_SECONDS``, 60 s by default), one log line per attempt naming the
-address, then raises :class:`~processor.cli.errors.Unavailable` (exit 69, one line). The process
+address, then raises :class:`~processor.exits.Unavailable` (exit 69, one line). The process
 serves liveness meanwhile; readiness stays false.
 
 :class:`BrokerWatch` probes the broker while the process runs: unreachable, the process reports
@@ -11,7 +11,7 @@ not ready; unreachable for longer than the same bound, it calls ``on_lost`` with
 and the process stops and exits 69 (a pod restarts it; a reachable broker resets the clock).
 
 A probe is one metadata bootstrap with a fresh client, closed on every path. Credentials refused
-by the broker are not retried: :class:`~processor.cli.errors.NotAuthorised` at once.
+by the broker are not retried: :class:`~processor.exits.NotAuthorised` at once.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Final
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from processor.cli.errors import CliError, NotAuthorised, broker_unreachable, classify
+from processor.exits import CliError, NotAuthorised, broker_unreachable, classify
 from processor.observability.logging import fields
 from processor.settings import Settings
 

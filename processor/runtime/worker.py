@@ -24,6 +24,13 @@ The loop, in the spirit of h11's example client (the Assembler is the protocol, 
 Records fetched before a partition's latest preparation (its seek) are dropped and the consumer
 re-seeks to the partition's next expected offsets, so nothing is skipped or processed twice.
 Time: ``now = time.time()`` once per loop iteration, given to the Assembler (which has no clock).
+
+Why one module: the :class:`Worker` is the loop drawn above, and its methods are that loop's
+steps over one shared state (the consumer, the partition tasks, the processing lock, the fatal
+error); read in one place, the order of a batch's steps is the loop's order. What the loop
+calls lives apart: assignment (:mod:`.assignment`), a partition's work (:mod:`.partition`),
+transactions (:mod:`.transaction`), the collector policy (:mod:`.collector`) and reachability
+(:mod:`.reachability`).
 """
 
 from __future__ import annotations
@@ -42,10 +49,10 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from processor.cli.errors import Unavailable
 from processor.core.assembler import Assembler
 from processor.core.authn import CommandVerifier
 from processor.core.registry import Registry
+from processor.exits import Unavailable
 from processor.observability import metrics
 from processor.observability.health import HealthServer
 from processor.observability.logging import fields

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.adapters.gemini import GeminiAdapter, PartialArgsError, parse_json_path
+from processor.adapters.gemini import GeminiAdapter
+from processor.adapters.vertex_args import PartialArgsError, parse_json_path
 from processor.core.errors import AdapterError
 from processor.core.events import CallDelta, CallEnded, CallStarted, FragmentEvent, ResponseEnded
 from tests.adapters.harness import (

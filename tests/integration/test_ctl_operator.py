@@ -28,6 +28,7 @@ from processor.cli import tail as tail_cli
 from processor.cli.toolsfile import load_registry
 from processor.core.events import TenantStopped, decode_input
 from processor.executor.records import ExecutionResult
+from processor.exits import ExitCode
 from processor.ops import audit as audit_cli
 from processor.ops.ctl import ControlWriter, sign_command
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
@@ -489,7 +490,7 @@ async def test_operator_commands_refuse_to_run_unsigned(
     for name in (ctl_cli.ENV_KEY_FILE, ctl_cli.ENV_KEY_ID, ctl_cli.ENV_OPERATOR):
         monkeypatch.delenv(name, raising=False)
     code, out = await cli(runtime, "ctl", "stop-tenant", "--tenant", "acme", "--reason", "x")
-    assert code == cli_errors.ExitCode.CONFIG and out == ""
+    assert code == ExitCode.CONFIG and out == ""
     assert "operator commands are signed" in capsys.readouterr().err
     assert [r async for r in read_records(runtime.settings, runtime.topics.control)] == []
     with pytest.raises(SystemExit):  # a reason is required

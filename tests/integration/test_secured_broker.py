@@ -38,8 +38,8 @@ from aiokafka.errors import (
 from processor.cli import ctl as ctl_cli
 from processor.cli import doctor as doctor_cli
 from processor.cli import topics as runtime_cli
-from processor.cli.errors import ExitCode
 from processor.core.events import encode, turn_key
+from processor.exits import ExitCode
 from processor.ops.signing import Keyring
 from processor.runtime.acls import ResourceType, Role, acl_bindings, apply_acls
 from processor.runtime.clients import admin_client, discard_producer

@@ -73,7 +73,7 @@ async def test_partition_counts_that_differ_are_refused(
     await create_topics(kafka_bootstrap, {names.fragments: 3, names.control: 2, names.changelog: 3})
     try:
         created = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "create")
-        assert created.returncode == 78  # configuration (processor.cli.errors)
+        assert created.returncode == 78  # configuration (processor.exits)
         assert "same partition count" in created.stderr
         assert f"{names.fragments} has 3" in created.stderr
         assert f"{names.control} has 2" in created.stderr
@@ -117,7 +117,7 @@ async def test_dispatch_and_ledger_counts_that_differ_are_refused(
     await create_topics(kafka_bootstrap, {names.dispatch: 2, names.executions: 3})
     try:
         created = await asyncio.to_thread(_run, kafka_bootstrap, topic_prefix, "topics", "create")
-        assert created.returncode == 78  # configuration (processor.cli.errors)
+        assert created.returncode == 78  # configuration (processor.exits)
         assert f"{names.dispatch} has 2" in created.stderr
         assert f"{names.executions} has 3" in created.stderr
     finally:

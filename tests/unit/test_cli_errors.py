@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from processor.cli import errors as cli_errors
-from processor.cli.errors import ExitCode
+from processor.exits import ExitCode
 
 ROOT = Path(__file__).parents[2]
 TOOLS = str(ROOT / "examples" / "tools.yaml")

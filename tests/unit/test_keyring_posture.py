@@ -19,12 +19,12 @@ import yaml
 from prometheus_client import REGISTRY
 
 from processor.cli import worker as worker_commands
-from processor.cli.errors import ExitCode
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned, NoKeyring
 from processor.core.errors import ConfigurationError
 from processor.core.events import Audit, Dispatch, TenantResumed, TenantStopped
 from processor.core.policy import Limits
+from processor.exits import ExitCode
 from processor.observability import metrics
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
 from processor.settings import Settings
