@@ -57,7 +57,14 @@ class AssemblyState:
         self.control = ControlState()
         self._dirty: set[str] = set()
         self._fresh: set[str] = set()  # text keys first written since the last drain
-        # fragment events older than this are stale: the count bound forgot calls ended before it
+        # fragment events of a tenant dated at or before its cutoff are stale: the count bound
+        # forgot a call of that tenant whose events carried ts up to it. Per tenant, so a tenant
+        # stamping its own flood ahead of the clock cannot make another tenant's events stale.
+        # Kept in the order they last moved (pruned from the front once retention covers them).
+        self._stale_before: dict[str, float] = {}
+        self._stale_moved: set[str] = set()  # tenants whose turns and responses to look at
+        # the same for every tenant: only from a changelog written before cutoffs were per
+        # tenant, or when more tenants hold a cutoff than the count bound allows (folded)
         self._evicted_before = 0.0
         # indexes over the open buffers only, so no hot path walks the inert ones
         self._active: dict[CallTuple, CallBuffer] = {}
@@ -157,6 +164,12 @@ class AssemblyState:
 
 
 _HORIZON_KEY = "meta:evicted_before"
+_STALE_PREFIX = "meta:stale:"
+
+
+def _stale_key(tenant: str) -> str:
+    """The changelog key of one tenant's stale cutoff."""
+    return _STALE_PREFIX + encode_key((tenant,))
 
 
 def _call_state_key(key: CallTuple) -> str:
