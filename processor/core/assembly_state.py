@@ -81,6 +81,7 @@ class AssemblyState:
         self._buffered_bytes = 0
         self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
         self.turn_evictions = 0  # turn records forgotten to make room (max_turns*)
+        self.response_evictions = 0  # response records forgotten to make room (max_responses)
         self._ended: deque[tuple[float, CallTuple]] = deque()  # in order of ended_at
         self._ended_sorted = True
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call

@@ -212,8 +212,8 @@ class ControlState:
         self._unsorted = False  # turns/responses restored out of last_seen order
         # the same turns and responses per tenant, also in last_seen order: a tenant whose own
         # stale cutoff moves forgets its own records without walking other tenants'
-        self._tenant_turns: dict[str, dict[tuple[str, str], None]] = {}
-        self._tenant_responses: dict[str, dict[tuple[str, str, str], None]] = {}
+        self._turns_by_tenant: dict[str, dict[tuple[str, str], None]] = {}
+        self.responses_by_tenant: dict[str, dict[tuple[str, str, str], None]] = {}
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -228,7 +228,7 @@ class ControlState:
             self._add_turn(record)
         else:
             self.turns[key] = record
-            order = self._tenant_turns[tenant]
+            order = self._turns_by_tenant[tenant]
             del order[key]
             order[key] = None
         record.last_seen = max(record.last_seen, now)
@@ -237,14 +237,14 @@ class ControlState:
     def _add_turn(self, record: TurnRecord) -> None:
         key = (record.tenant, record.turn_id)
         self.turns[key] = record
-        self._tenant_turns.setdefault(record.tenant, {})[key] = None
+        self._turns_by_tenant.setdefault(record.tenant, {})[key] = None
         if record.cancelled is None:
             self.bindings_by_tenant.setdefault(record.tenant, {})[record.turn_id] = None
             self.binding_count += 1
 
     def drop_turn(self, tenant: str, turn_id: str) -> None:
         if self.turns.pop((tenant, turn_id), None) is not None:
-            _drop_from(self._tenant_turns, tenant, (tenant, turn_id))
+            _drop_from(self._turns_by_tenant, tenant, (tenant, turn_id))
             self._unindex(tenant, turn_id)
 
     def cancel_turn(self, record: TurnRecord, reason: str) -> None:
@@ -269,7 +269,7 @@ class ControlState:
     ) -> ResponseRecord:
         key = (tenant, turn_id, response_id)
         record = self.responses.pop(key, None)  # re-inserted last, as for turns
-        order = self._tenant_responses.setdefault(tenant, {})
+        order = self.responses_by_tenant.setdefault(tenant, {})
         if record is None:
             record = ResponseRecord()
         else:
@@ -281,10 +281,10 @@ class ControlState:
 
     def _put_response(self, key: tuple[str, str, str], record: ResponseRecord | None) -> None:
         if self.responses.pop(key, None) is not None:
-            _drop_from(self._tenant_responses, key[0], key)
+            _drop_from(self.responses_by_tenant, key[0], key)
         if record is not None:
             self.responses[key] = record
-            self._tenant_responses.setdefault(key[0], {})[key] = None
+            self.responses_by_tenant.setdefault(key[0], {})[key] = None
 
     def tool_disabled(self, tenant: str, tool: str) -> bool:
         return (tenant, tool) in self.disabled_tools or ("*", tool) in self.disabled_tools
@@ -343,7 +343,7 @@ class ControlState:
         if self._unsorted:
             self._sort()
         gone, held = [], False
-        for tk in self._tenant_turns.get(tenant, ()):
+        for tk in self._turns_by_tenant.get(tenant, ()):
             if self.turns[tk].last_seen >= horizon:
                 break
             if tk in busy:
@@ -359,7 +359,7 @@ class ControlState:
         if self._unsorted:
             self._sort()
         gone = []
-        for rk in self._tenant_responses.get(tenant, ()):
+        for rk in self.responses_by_tenant.get(tenant, ()):
             if self.responses[rk].last_seen >= horizon:
                 break
             gone.append(rk)
@@ -370,12 +370,12 @@ class ControlState:
     def _sort(self) -> None:
         self.turns = dict(sorted(self.turns.items(), key=lambda kv: kv[1].last_seen))
         self.responses = dict(sorted(self.responses.items(), key=lambda kv: kv[1].last_seen))
-        self._tenant_turns = {}
+        self._turns_by_tenant = {}
         for tk in self.turns:
-            self._tenant_turns.setdefault(tk[0], {})[tk] = None
-        self._tenant_responses = {}
+            self._turns_by_tenant.setdefault(tk[0], {})[tk] = None
+        self.responses_by_tenant = {}
         for rk in self.responses:
-            self._tenant_responses.setdefault(rk[0], {})[rk] = None
+            self.responses_by_tenant.setdefault(rk[0], {})[rk] = None
         self._unsorted = False
 
     # -- persistence ---------------------------------------------------------------------

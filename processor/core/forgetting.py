@@ -2,10 +2,11 @@
 
 Owns ``_terminate`` (a call leaves the open indexes, becomes a compact inert record and emits its
 ledger entry and terminal status), ``_stop`` (terminate what is not already absorbing), and
-forgetting: the retention window (``_forget``, invariant 5) and the count bound on inert calls
-(``_evict_oldest``, ``Limits.max_inert_calls``) with the stale cutoff it moves for the forgotten
-call's tenant (``_close_behind``, ``meta:stale:<tenant>``; ``meta:evicted_before`` is the floor
-for every tenant, read from older changelogs or folded into when too many tenants hold one).
+forgetting: the retention window (``_forget``, invariant 5) and the count bounds on inert calls
+(``_evict_oldest``, ``Limits.max_inert_calls``) and on response records (``_room_for_response``,
+``Limits.max_responses``), with the stale cutoff they move for the forgotten record's tenant
+(``_close_behind``, ``meta:stale:<tenant>``; ``meta:evicted_before`` is the floor for every
+tenant, read from older changelogs or folded into when too many tenants hold one).
 
 Must not touch live buffers' contents or the control rules; it only ends and forgets. See
 :mod:`processor.core.assembly_state` for why this is a layer of one class."""
@@ -26,6 +27,7 @@ from processor.core.buffer import CallBuffer
 from processor.core.control import command_state_key, response_state_key, turn_state_key
 from processor.core.events import CallKey, OutputRecord
 from processor.core.inert import InertCall
+from processor.core.policy import fair_share_payers
 from processor.core.states import TerminalReason
 
 __all__ = ["Forgetting"]
@@ -114,6 +116,28 @@ class Forgetting(AssemblyState):
             if before <= self._evicted_before:
                 del self._stale_before[tenant]
                 self._mark(_stale_key(tenant))
+
+    def _room_for_response(self, tenant: str) -> None:
+        """The count bound on response records (``Limits.max_responses``), before ``tenant``
+        gets a new one: forget the oldest response of the tenant that pays by the fair-share
+        rule (:func:`fair_share_payers`) that holds no open call and no quarantine, and make
+        that tenant's fragment events dated up to its last sighting plus the skew stale (every
+        event it could have had), so none can bring it back with another verdict. A quarantine
+        is kept, as a cancellation is; when nothing can go, the bound gives way to them."""
+        control = self.control
+        if len(control.responses) < self.limits.max_responses:
+            return
+        by_tenant = control.responses_by_tenant
+        for payer in fair_share_payers(by_tenant, tenant):
+            for rk in by_tenant.get(payer, ()):
+                record = control.responses[rk]
+                if record.quarantined or (rk[0], rk[1]) in self._active_by_turn:
+                    continue
+                control._put_response(rk, None)
+                self._mark(response_state_key(*rk))
+                self._close_behind(payer, record.last_seen + self.limits.max_clock_skew_seconds)
+                self.response_evictions += 1
+                return
 
     def stale_before(self, tenant: str) -> float:
         """Fragment events of ``tenant`` dated at or before this are stale (0.0: none)."""

@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned
-from processor.core.events import DeadLetter, Dispatch, InputEvent, encode
+from processor.core.events import (
+    DeadLetter,
+    Dispatch,
+    InputEvent,
+    ResponseQuarantined,
+    ResponseStatus,
+    encode,
+)
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
 from tests.unit.scenario import Call, registry, turn_started
@@ -156,3 +163,67 @@ def test_no_flood_of_one_tenant_makes_anothers_fresh_call_stale(
     out = _feed(assembler, [turn_started(), *call.stream('{"city": "Oslo"}')], now)
     assert not [o for o in out if isinstance(o, DeadLetter)]
     assert _dispatched(out) == 1
+
+
+# ------------------------------------------------------------------ the response-record bound
+# The same class, found while moving the cutoff: a flood of response.ended events for distinct
+# responses (no calls) made one record each, kept for the whole retention window: memory grew
+# without bound. Now ``max_responses`` bounds them, with the fair-share rule and a cutoff.
+
+
+def _ends(tenant: str, count: int, ts: float, status: ResponseStatus) -> list[InputEvent]:
+    return [
+        Call(tenant=tenant, turn_id=f"{tenant}-t{i}", response_id=f"r{i}", ts=ts).response_ended(
+            status
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_burst_of_response_ends_is_bounded_and_spares_the_other_tenant() -> None:
+    """5,000 ends in one second against a bound of 50: the first eviction forgets a response
+    last seen just now, so the flooding tenant's events up to the skew ahead are stale: the
+    burst is refused, memory holds, and the other tenant (holding less) never pays."""
+    assembler = Assembler(registry(), Limits(max_responses=50), verifier=AllowUnsigned())
+    assembler.handle(
+        ResponseQuarantined(
+            command_id="q1", issued_by="ops", issued_at=100.0, reason="bad output",
+            tenant="acme", turn_id="q", response_id="rq",
+        ),
+        100.0,
+    )  # fmt: skip
+    _feed(assembler, _ends("acme", 10, 100.0, ResponseStatus.FAILED), 100.0)
+    flood = [
+        Call(tenant="globex", turn_id=f"g{i}", response_id=f"r{i}", ts=100.0 + i / 1000)
+        .response_ended(ResponseStatus.FAILED)
+        for i in range(5_000)
+    ]  # fmt: skip
+    out = _feed(assembler, flood, 101.0)
+    responses = assembler.control.responses
+    assert len(responses) <= 50
+    assert assembler.response_evictions >= 1
+    assert sum(isinstance(o, DeadLetter) and o.reason == "stale_event" for o in out) > 4_900
+    assert responses[("acme", "q", "rq")].quarantined
+    assert sum(rk[0] == "acme" for rk in responses) == 11  # acme holds less: never pays
+    assert assembler.stale_before("acme") == 0.0
+    # a forgotten verdict cannot be replaced: the first flood response's events are stale now
+    late = Call(tenant="globex", turn_id="g0", response_id="r0", ts=100.0)
+    out = _feed(assembler, [late.response_ended(ResponseStatus.COMPLETED), late.start()], 102.0)
+    assert [o.reason for o in out if isinstance(o, DeadLetter)] == ["stale_event"] * 2
+
+
+def test_a_steady_tenant_over_the_response_bound_keeps_working() -> None:
+    """One response every 2 s against a bound of 50 (100 s of records, more than the skew):
+    the oldest goes each time, its cutoff stays behind the clock, every call still acts."""
+    assembler = Assembler(registry(), Limits(max_responses=50), verifier=AllowUnsigned())
+    dispatched = 0
+    for i in range(200):
+        now = 100.0 + 2 * i
+        call = Call(turn_id=f"t{i}", response_id=f"r{i}", ts=now)
+        events = [turn_started(f"t{i}"), *call.stream('{"city": "Oslo"}')]
+        dispatched += _dispatched(_feed(assembler, events, now))
+        assembler.tick(now)
+    assert dispatched == 200
+    assert len(assembler.control.responses) <= 50
+    assert assembler.response_evictions == 150
+    assert assembler.stale_before("acme") < 100.0 + 2 * 199
