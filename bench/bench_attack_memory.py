@@ -45,6 +45,7 @@ SCENARIOS = (
     "big_delta",
     "turn_flood",
     "command_flood",
+    "response_ends",
 )
 
 
@@ -147,6 +148,12 @@ def run_scenario(name: str, scale: int) -> dict[str, Any]:
                 yield ToolEnabled(command_id=f"enable-{i}", issued_by="ops", issued_at=now,
                                   expires_at=now + 600, tenant="evil", tool="get_weather",
                                   reason="flood")  # fmt: skip
+        elif name == "response_ends":  # verdicts of distinct responses, no calls: one record each
+            for i in range(n[name]):
+                b = base("evil", f"t{i // 1000}", response=f"r{i}")
+                del b["item_id"], b["call_id"]
+                yield ResponseEnded(**b, event_id=f"evil.r{i}.end", status=ResponseStatus.FAILED,
+                                    reason="error")  # fmt: skip
 
     def victim() -> bool:
         """A valid call of another tenant, after the attack: it must dispatch."""
@@ -176,6 +183,7 @@ def run_scenario(name: str, scale: int) -> dict[str, Any]:
         "open_buffers": len(asm._active),
         "call_records": len(asm.calls),
         "turn_records": len(asm.control.turns),
+        "response_records": len(asm.control.responses),
         "seen_command_ids": len(asm.control.seen_commands),
         "terminal_reasons": dict(reasons.most_common(3)),
         "victim_dispatched": victim(),
@@ -190,22 +198,24 @@ COUNTS = {
     "big_delta": 1,
     "turn_flood": 1_000_000,
     "command_flood": 1_000_000,
+    "response_ends": 1_000_000,
 }
 
 
-SCALED = ("call_ids", "turn_flood", "command_flood")  # --scale divides only these
+SCALED = ("call_ids", "turn_flood", "command_flood", "response_ends")  # --scale divides only these
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| scenario | events | s | RSS growth MiB | peak growth MiB | open buffers | call "
-            "records | turn records | seen ids | ended as | victim dispatched |")  # fmt: skip
-    lines = [head, "|" + "---|" * 11]
+            "records | turn records | response records | seen ids | ended as | victim dispatched |")  # fmt: skip
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         reasons = ", ".join(f"{k} {v}" for k, v in r["terminal_reasons"].items()) or "-"
         lines.append(
             f"| {r['scenario']} | {r['events']:,} | {r['seconds']} | {r['rss_growth_mib']} | "
             f"{r['peak_growth_mib']} | {r['open_buffers']:,} | {r['call_records']:,} | "
-            f"{r['turn_records']:,} | {r['seen_command_ids']:,} | {reasons} | "
+            f"{r['turn_records']:,} | {r.get('response_records', 0):,} | "
+            f"{r['seen_command_ids']:,} | {reasons} | "
             f"{'yes' if r['victim_dispatched'] else 'NO'} |"
         )
     return "\n".join(lines)

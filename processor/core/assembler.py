@@ -163,9 +163,14 @@ class Assembler(Fragments):
     ) -> list[OutputRecord]:
         """:meth:`handle_record` after decoding: a record too old to judge is a dead letter."""
         when = event_time(event)
-        # a fragment event at or before the latest ts of a call the count bound forgot is stale
+        # a fragment event at or before the latest ts of a call of its tenant that the count
+        # bound forgot is stale
         if when < now - self.limits.retention_seconds or (
-            when <= self._evicted_before and isinstance(event, _FRAGMENT_EVENTS)
+            isinstance(event, _FRAGMENT_EVENTS)
+            and (
+                when <= self._evicted_before
+                or (self._stale_before and when <= self._stale_before.get(event.tenant, 0.0))
+            )
         ):
             detail = "older than the retention window; its state may have been forgotten"
             return [self.dead_letter(payload, source, "stale_event", detail, now)]
@@ -263,11 +268,6 @@ class Assembler(Fragments):
     def inert_calls(self) -> int:
         """Terminal calls still remembered (absorbing their late events)."""
         return len(self.inert)
-
-    @property
-    def evicted_before(self) -> float:
-        """Fragment events older than this are stale (0.0: the count bound never forgot)."""
-        return self._evicted_before
 
 
 _FRAGMENT_EVENTS = (CallStarted, CallDelta, CallEnded, ResponseEnded)

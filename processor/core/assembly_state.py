@@ -57,7 +57,14 @@ class AssemblyState:
         self.control = ControlState()
         self._dirty: set[str] = set()
         self._fresh: set[str] = set()  # text keys first written since the last drain
-        # fragment events older than this are stale: the count bound forgot calls ended before it
+        # fragment events of a tenant dated at or before its cutoff are stale: the count bound
+        # forgot a call of that tenant whose events carried ts up to it. Per tenant, so a tenant
+        # stamping its own flood ahead of the clock cannot make another tenant's events stale.
+        # Kept in the order they last moved (pruned from the front once retention covers them).
+        self._stale_before: dict[str, float] = {}
+        self._stale_moved: set[str] = set()  # tenants whose turns and responses to look at
+        # the same for every tenant: only from a changelog written before cutoffs were per
+        # tenant, or when more tenants hold a cutoff than the count bound allows (folded)
         self._evicted_before = 0.0
         # indexes over the open buffers only, so no hot path walks the inert ones
         self._active: dict[CallTuple, CallBuffer] = {}
@@ -74,6 +81,7 @@ class AssemblyState:
         self._buffered_bytes = 0
         self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
         self.turn_evictions = 0  # turn records forgotten to make room (max_turns*)
+        self.response_evictions = 0  # response records forgotten to make room (max_responses)
         self._ended: deque[tuple[float, CallTuple]] = deque()  # in order of ended_at
         self._ended_sorted = True
         self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
@@ -157,6 +165,12 @@ class AssemblyState:
 
 
 _HORIZON_KEY = "meta:evicted_before"
+_STALE_PREFIX = "meta:stale:"
+
+
+def _stale_key(tenant: str) -> str:
+    """The changelog key of one tenant's stale cutoff."""
+    return _STALE_PREFIX + encode_key((tenant,))
 
 
 def _call_state_key(key: CallTuple) -> str:

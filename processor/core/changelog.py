@@ -13,7 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from processor.core.assembly_state import _HORIZON_KEY, _call_key, _parse_text_key, _restored_key
+from processor.core.assembly_state import (
+    _HORIZON_KEY,
+    _STALE_PREFIX,
+    _call_key,
+    _parse_text_key,
+    _restored_key,
+)
 from processor.core.buffer import CallBuffer
 from processor.core.control import decode_state_value, encode_state_value
 from processor.core.events import decode_key
@@ -58,6 +64,10 @@ class Changelog(Forgetting):
             return inert.snapshot(call_key.as_tuple) if inert else None
         if key == _HORIZON_KEY:
             return {"evicted_before": self._evicted_before} if self._evicted_before else None
+        if key.startswith(_STALE_PREFIX):
+            [tenant] = decode_key(key[len(_STALE_PREFIX) :])
+            before = self._stale_before.get(tenant)
+            return {"before": before} if before is not None else None
         if key.startswith("text:"):
             call_key, position = _parse_text_key(key)
             buf = self.calls.get(call_key)
@@ -142,5 +152,16 @@ class Changelog(Forgetting):
         if key == _HORIZON_KEY:
             before = 0.0 if data is None else float(data["evicted_before"])
             self._evicted_before = before
+            return
+        if key.startswith(_STALE_PREFIX):
+            [tenant] = decode_key(key[len(_STALE_PREFIX) :])
+            if not isinstance(tenant, str):
+                raise TypeError("a stale cutoff names a tenant")
+            self._stale_before.pop(tenant, None)
+            if data is not None:
+                self._stale_before[tenant] = float(data["before"])
+                self._stale_moved.add(tenant)  # its turns are looked at once more
+            else:
+                self._stale_moved.discard(tenant)
             return
         self.control.restore_entry(key, data)

@@ -210,6 +210,10 @@ class ControlState:
         self.stopped_tenants: dict[str, Flag] = {}
         self.seen_commands: dict[str, SeenCommand] = {}  # by command_scope()
         self._unsorted = False  # turns/responses restored out of last_seen order
+        # the same turns and responses per tenant, also in last_seen order: a tenant whose own
+        # stale cutoff moves forgets its own records without walking other tenants'
+        self._turns_by_tenant: dict[str, dict[tuple[str, str], None]] = {}
+        self.responses_by_tenant: dict[str, dict[tuple[str, str, str], None]] = {}
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -224,17 +228,23 @@ class ControlState:
             self._add_turn(record)
         else:
             self.turns[key] = record
+            order = self._turns_by_tenant[tenant]
+            del order[key]
+            order[key] = None
         record.last_seen = max(record.last_seen, now)
         return record
 
     def _add_turn(self, record: TurnRecord) -> None:
-        self.turns[(record.tenant, record.turn_id)] = record
+        key = (record.tenant, record.turn_id)
+        self.turns[key] = record
+        self._turns_by_tenant.setdefault(record.tenant, {})[key] = None
         if record.cancelled is None:
             self.bindings_by_tenant.setdefault(record.tenant, {})[record.turn_id] = None
             self.binding_count += 1
 
     def drop_turn(self, tenant: str, turn_id: str) -> None:
         if self.turns.pop((tenant, turn_id), None) is not None:
+            _drop_from(self._turns_by_tenant, tenant, (tenant, turn_id))
             self._unindex(tenant, turn_id)
 
     def cancel_turn(self, record: TurnRecord, reason: str) -> None:
@@ -259,11 +269,22 @@ class ControlState:
     ) -> ResponseRecord:
         key = (tenant, turn_id, response_id)
         record = self.responses.pop(key, None)  # re-inserted last, as for turns
+        order = self.responses_by_tenant.setdefault(tenant, {})
         if record is None:
             record = ResponseRecord()
+        else:
+            del order[key]
         self.responses[key] = record
+        order[key] = None
         record.last_seen = max(record.last_seen, now)
         return record
+
+    def _put_response(self, key: tuple[str, str, str], record: ResponseRecord | None) -> None:
+        if self.responses.pop(key, None) is not None:
+            _drop_from(self.responses_by_tenant, key[0], key)
+        if record is not None:
+            self.responses[key] = record
+            self.responses_by_tenant.setdefault(key[0], {})[key] = None
 
     def tool_disabled(self, tenant: str, tool: str) -> bool:
         return (tenant, tool) in self.disabled_tools or ("*", tool) in self.disabled_tools
@@ -311,12 +332,50 @@ class ControlState:
                 break
             gone.append(rk)
         for rk in gone:
-            del self.responses[rk]
+            self._put_response(rk, None)
+        return gone
+
+    def forget_tenant_turns(
+        self, tenant: str, horizon: float, busy: Collection[tuple[str, str]]
+    ) -> tuple[list[Any], bool]:
+        """:meth:`forget_turns` for one tenant's turns only (its own stale cutoff moved); the
+        keys, and whether a turn before ``horizon`` was kept because an open call holds it."""
+        if self._unsorted:
+            self._sort()
+        gone, held = [], False
+        for tk in self._turns_by_tenant.get(tenant, ()):
+            if self.turns[tk].last_seen >= horizon:
+                break
+            if tk in busy:
+                held = True
+            else:
+                gone.append(tk)
+        for tk in gone:
+            self.drop_turn(*tk)
+        return gone, held
+
+    def forget_tenant_responses(self, tenant: str, horizon: float) -> list[Any]:
+        """:meth:`forget_responses` for one tenant's responses only."""
+        if self._unsorted:
+            self._sort()
+        gone = []
+        for rk in self.responses_by_tenant.get(tenant, ()):
+            if self.responses[rk].last_seen >= horizon:
+                break
+            gone.append(rk)
+        for rk in gone:
+            self._put_response(rk, None)
         return gone
 
     def _sort(self) -> None:
         self.turns = dict(sorted(self.turns.items(), key=lambda kv: kv[1].last_seen))
         self.responses = dict(sorted(self.responses.items(), key=lambda kv: kv[1].last_seen))
+        self._turns_by_tenant = {}
+        for tk in self.turns:
+            self._turns_by_tenant.setdefault(tk[0], {})[tk] = None
+        self.responses_by_tenant = {}
+        for rk in self.responses:
+            self.responses_by_tenant.setdefault(rk[0], {})[rk] = None
         self._unsorted = False
 
     # -- persistence ---------------------------------------------------------------------
@@ -358,7 +417,7 @@ class ControlState:
                 self._add_turn(TurnRecord(**value))
         elif kind == "resp":
             t, u, r = decode_key(rest)
-            _put(self.responses, (t, u, r), ResponseRecord(**value) if value else None)
+            self._put_response((t, u, r), ResponseRecord(**value) if value else None)
         elif kind == "tool":
             tenant, tool = decode_key(rest)
             _put(self.disabled_tools, (tenant, tool), Flag(**value) if value else None)
@@ -411,6 +470,15 @@ def decode_state_value(data: bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)
+
+
+def _drop_from(index: dict[str, dict[Any, None]], tenant: str, key: Any) -> None:
+    """Remove ``key`` from ``tenant``'s order, and the tenant once it holds nothing."""
+    order = index.get(tenant)
+    if order is not None:
+        order.pop(key, None)
+        if not order:
+            del index[tenant]
 
 
 def _put(table: dict[Any, Any], key: Any, value: Any) -> None:

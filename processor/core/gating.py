@@ -116,6 +116,8 @@ class ResponseGate(Changelog):
         """
         reason = _RESPONSE_END_REASON[event.status]
         completed = event.status is ResponseStatus.COMPLETED
+        if self.control.response(event.tenant, event.turn_id, event.response_id) is None:
+            self._room_for_response(event.tenant)
         record = self.control.ensure_response(event.tenant, event.turn_id, event.response_id, now)
         if record.ended is None or (record.completed and not completed):
             record.ended = reason.value

@@ -53,6 +53,11 @@ class Limits:
     # events. When full, the oldest is forgotten early and fragment events older than its end
     # become stale (dead-lettered), so memory stays bounded under any call rate or flood.
     max_inert_calls: int = 200_000
+    # How many response records (a verdict, a quarantine) a partition keeps within
+    # retention_seconds. When a new response's end finds it full, the oldest response without an
+    # open call or a quarantine of the tenant holding the most is forgotten early, and that
+    # tenant's fragment events dated up to its last sighting plus the skew become stale.
+    max_responses: int = 200_000
 
     def call_bytes(self, declaration: ToolDeclaration | None) -> int:
         if declaration is not None and declaration.limits.max_bytes is not None:

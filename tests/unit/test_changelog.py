@@ -9,8 +9,8 @@ from processor.core.policy import Limits
 from tests.unit.scenario import Call, registry, turn_started
 
 
-def restored(store: dict[str, bytes | None]) -> Assembler:
-    fresh = Assembler(registry(), Limits())
+def restored(store: dict[str, bytes | None], limits: Limits | None = None) -> Assembler:
+    fresh = Assembler(registry(), limits or Limits())
     for key, value in store.items():
         fresh.restore(key, value)
     return fresh
@@ -125,9 +125,9 @@ def test_the_count_bound_forgets_the_oldest_and_makes_its_events_stale() -> None
             assembler.handle(event, 100.0 + i)
     drain(assembler, store, [])
     assert sorted(k[4] for k in assembler.inert) == ["call_2", "call_3", "call_4"]
-    assert assembler.evicted_before == 101.0
+    assert assembler.stale_before("acme") == 101.0
     again = restored(store)
-    assert again.inert == assembler.inert and again.evicted_before == 101.0
+    assert again.inert == assembler.inert and again.stale_before("acme") == 101.0
     # a replay of a forgotten call is stale, it does not open the call again
     source = RecordSource("fragments", 0, 0)
     out = again.handle_record(encode(calls[0].start()), source, 200.0)
