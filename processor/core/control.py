@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, fields
 from enum import StrEnum
@@ -203,7 +204,7 @@ class ControlState:
         self.turns: dict[tuple[str, str], TurnRecord] = {}
         # the turns that are not cancelled, per tenant, in the order their records were made
         # (oldest first): what max_turns* bound (a cancellation is kept for safety, uncounted)
-        self.bindings_by_tenant: dict[str, dict[str, None]] = {}
+        self.bindings_by_tenant: dict[str, OrderedDict[str, None]] = {}
         self.binding_count = 0
         self.responses: dict[tuple[str, str, str], ResponseRecord] = {}
         self.disabled_tools: dict[tuple[str, str], Flag] = {}  # (tenant or "*", tool)
@@ -211,9 +212,12 @@ class ControlState:
         self.seen_commands: dict[str, SeenCommand] = {}  # by command_scope()
         self._unsorted = False  # turns/responses restored out of last_seen order
         # the same turns and responses per tenant, also in last_seen order: a tenant whose own
-        # stale cutoff moves forgets its own records without walking other tenants'
-        self._turns_by_tenant: dict[str, dict[tuple[str, str], None]] = {}
-        self.responses_by_tenant: dict[str, dict[tuple[str, str, str], None]] = {}
+        # stale cutoff moves forgets its own records without walking other tenants'. These
+        # orders (and the bindings') lose their oldest entries one at a time while the bounds
+        # read the oldest: an OrderedDict finds its first entry at once, where a dict walks over
+        # the holes its deletions left (a scan per eviction: quadratic under a flood)
+        self._turns_by_tenant: dict[str, OrderedDict[tuple[str, str], None]] = {}
+        self.responses_by_tenant: dict[str, OrderedDict[tuple[str, str, str], None]] = {}
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -228,18 +232,16 @@ class ControlState:
             self._add_turn(record)
         else:
             self.turns[key] = record
-            order = self._turns_by_tenant[tenant]
-            del order[key]
-            order[key] = None
+            self._turns_by_tenant[tenant].move_to_end(key)
         record.last_seen = max(record.last_seen, now)
         return record
 
     def _add_turn(self, record: TurnRecord) -> None:
         key = (record.tenant, record.turn_id)
         self.turns[key] = record
-        self._turns_by_tenant.setdefault(record.tenant, {})[key] = None
+        self._turns_by_tenant.setdefault(record.tenant, OrderedDict())[key] = None
         if record.cancelled is None:
-            self.bindings_by_tenant.setdefault(record.tenant, {})[record.turn_id] = None
+            self.bindings_by_tenant.setdefault(record.tenant, OrderedDict())[record.turn_id] = None
             self.binding_count += 1
 
     def drop_turn(self, tenant: str, turn_id: str) -> None:
@@ -269,13 +271,13 @@ class ControlState:
     ) -> ResponseRecord:
         key = (tenant, turn_id, response_id)
         record = self.responses.pop(key, None)  # re-inserted last, as for turns
-        order = self.responses_by_tenant.setdefault(tenant, {})
+        order = self.responses_by_tenant.setdefault(tenant, OrderedDict())
         if record is None:
             record = ResponseRecord()
+            order[key] = None
         else:
-            del order[key]
+            order.move_to_end(key)
         self.responses[key] = record
-        order[key] = None
         record.last_seen = max(record.last_seen, now)
         return record
 
@@ -284,7 +286,7 @@ class ControlState:
             _drop_from(self.responses_by_tenant, key[0], key)
         if record is not None:
             self.responses[key] = record
-            self.responses_by_tenant.setdefault(key[0], {})[key] = None
+            self.responses_by_tenant.setdefault(key[0], OrderedDict())[key] = None
 
     def tool_disabled(self, tenant: str, tool: str) -> bool:
         return (tenant, tool) in self.disabled_tools or ("*", tool) in self.disabled_tools
@@ -372,10 +374,10 @@ class ControlState:
         self.responses = dict(sorted(self.responses.items(), key=lambda kv: kv[1].last_seen))
         self._turns_by_tenant = {}
         for tk in self.turns:
-            self._turns_by_tenant.setdefault(tk[0], {})[tk] = None
+            self._turns_by_tenant.setdefault(tk[0], OrderedDict())[tk] = None
         self.responses_by_tenant = {}
         for rk in self.responses:
-            self.responses_by_tenant.setdefault(rk[0], {})[rk] = None
+            self.responses_by_tenant.setdefault(rk[0], OrderedDict())[rk] = None
         self._unsorted = False
 
     # -- persistence ---------------------------------------------------------------------
@@ -472,7 +474,7 @@ def decode_state_value(data: bytes) -> Any:
         return json.loads(data)
 
 
-def _drop_from(index: dict[str, dict[Any, None]], tenant: str, key: Any) -> None:
+def _drop_from(index: dict[str, OrderedDict[Any, None]], tenant: str, key: Any) -> None:
     """Remove ``key`` from ``tenant``'s order, and the tenant once it holds nothing."""
     order = index.get(tenant)
     if order is not None:

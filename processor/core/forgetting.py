@@ -183,10 +183,12 @@ class Forgetting(AssemblyState):
         # a cutoff the retention window has passed says nothing more (in the order they moved:
         # one moved earlier but set later waits for the ones before it, which is only memory)
         cutoffs = self._stale_before
-        while cutoffs:
-            tenant, before = next(iter(cutoffs.items()))
+        passed = []
+        for tenant, before in cutoffs.items():
             if before >= horizon:
                 break
+            passed.append(tenant)
+        for tenant in passed:
             del cutoffs[tenant]
             self._stale_moved.discard(tenant)
             self._mark(_stale_key(tenant))
