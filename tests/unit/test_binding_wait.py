@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned
-from processor.core.events import Dispatch, InputEvent, Ledger, OutputRecord
+from processor.core.events import Dispatch, Ledger, OutputRecord
 from processor.core.policy import Limits
 from processor.core.states import CallState
 from tests.unit.scenario import Call, registry, turn_started
@@ -126,9 +126,10 @@ def test_a_binding_written_before_the_wait_ran_out_is_never_lost(
     in any order and pace. A binding written before the wait ran out always dispatches the
     call; once control is read to its end and the wait is over, the call is decided (without a
     binding: ``permission_denied``)."""
-    written = sorted([(w, f"other-{i}") for i, w in enumerate(others)] + (
-        [(binding, "turn-1")] if binding is not None else []
-    ))
+    written = sorted(
+        [(w, f"other-{i}") for i, w in enumerate(others)]
+        + ([(binding, "turn-1")] if binding is not None else [])
+    )
     a, call = fresh(), Call()
     barrier = sum(1 for w, _ in written if w <= T0)
     out = unbound(a, call, barrier=barrier)
