@@ -213,11 +213,17 @@ class Assembler(Fragments):
                 self._on_operator(event, now, written, out)
         return out
 
-    def tick(self, now: float) -> list[OutputRecord]:
-        """Expire idle buffers, unbound candidates, unanswered confirmations; forget old state."""
+    def tick(self, now: float, *, control_end: int | None = None) -> list[OutputRecord]:
+        """Expire idle buffers, unbound candidates, unanswered confirmations; forget old state.
+
+        ``control_end`` is this partition's ``control`` end offset (last stable) read at ``now``
+        or later, from a runtime that reads control apart from fragments: an unbound candidate
+        then fails for want of its binding only once control is applied up to an end read after
+        its wait ran out (``TurnBinding._binding_expired``).
+        """
         out: list[OutputRecord] = []
         for buf in list(self._active.values()):
-            reason = self._expiry(buf, now)
+            reason = self._expiry(buf, now, control_end)
             if reason is TerminalReason.PERMISSION_DENIED:
                 buf.validation_result = "turn_not_bound"
             if reason is not None:
@@ -225,14 +231,16 @@ class Assembler(Fragments):
         self._forget(now - self.limits.retention_seconds)
         return out
 
-    def _expiry(self, buf: CallBuffer, now: float) -> TerminalReason | None:
+    def _expiry(
+        self, buf: CallBuffer, now: float, control_end: int | None
+    ) -> TerminalReason | None:
         """Why a waiting buffer has waited too long, if it has."""
         limits = self.limits
         if buf.state is CallState.COLLECTING:
             idle = now - buf.last_activity > limits.idle_timeout_seconds
             return TerminalReason.IDLE_TIMEOUT if idle else None
         if buf.state is CallState.TERMINAL_CANDIDATE and buf.awaiting_binding_since is not None:
-            unbound = now - buf.awaiting_binding_since > limits.binding_wait_seconds
+            unbound = self._binding_expired(buf, now, control_end)
             return TerminalReason.PERMISSION_DENIED if unbound else None
         if buf.state is CallState.AWAITING_RESPONSE and buf.key not in self._barrier_held:
             since = buf.validated_at if buf.validated_at is not None else buf.last_activity

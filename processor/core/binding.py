@@ -97,6 +97,31 @@ class TurnBinding(ResponseGate):
                 return True
         return False
 
+    def _binding_expired(self, buf: CallBuffer, now: float, control_end: int | None) -> bool:
+        """Whether an unbound terminal candidate has waited for its turn's binding too long.
+
+        The wait (``binding_wait_seconds`` from when the candidate found its turn unbound) is
+        counted on the clock, but a clock says nothing of what this worker has read: after an
+        outage or a rebuild the ``turn.started`` may have sat in ``control`` all along, unread.
+        So when control is read apart from fragments (the runtime gives ``tick`` control's end,
+        or applies control positions), the call fails closed only once control is applied up to
+        its ``binding_fence``: control's end as read after the wait ran out. Every binding
+        written before the wait ran out has then been applied (and would have bound the call);
+        only one written after it can come too late. A worker that cannot read control's end,
+        or does not know how far control is applied, expires nothing for want of a binding.
+        With neither (offline replay, one ordered stream in which control is applied as it is
+        read), the clock alone.
+        """
+        since = buf.awaiting_binding_since
+        if since is None or now - since <= self.limits.binding_wait_seconds:
+            return False
+        if buf.binding_fence is None and control_end is not None:
+            buf.binding_fence = control_end  # read at ``now`` or later: after the wait ran out
+        position = self._control_position
+        if buf.binding_fence is None:
+            return position is None
+        return position is not None and position >= buf.binding_fence
+
     def _try_validate(
         self, buf: CallBuffer, text: bytes | None, now: float, out: list[OutputRecord]
     ) -> None:

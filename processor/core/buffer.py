@@ -60,6 +60,10 @@ class CallBuffer:
     args_digest: str | None = None
     expires_at: float | None = None  # confirmation deadline, when one is awaited
     awaiting_binding_since: float | None = None
+    # control's end offset read once the binding wait had run out: the call fails for want of
+    # its binding only when control is applied up to it (not persisted: after a restore it is
+    # read again, later, which only waits longer; see ``TurnBinding._binding_expired``)
+    binding_fence: int | None = field(default=None, compare=False)
     validated_at: float | None = None  # entered awaiting_response (waits for the response end)
     # the control position (an offset of this partition's control topic) that must be applied
     # before the call may act: control's committed end when its terminal events were read

@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 
 _RETRY_MIN_S: Final = 0.5
 _RETRY_MAX_S: Final = 30.0
+# a preparation that failed (a coordinator or leader not there yet, a broker restarting) is
+# retried at least this often: a broker's leaders move within seconds, and a backoff grown to
+# 8 or 16 s during the move was idle time after it (issue 31's recovery figures)
+_RETRY_FAILED_MAX_S: Final = 2.0
 
 
 class CopartitioningError(Exception):
@@ -197,7 +201,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                     ),
                 )
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _RETRY_MAX_S)
+                backoff = min(backoff * 2, _RETRY_FAILED_MAX_S)
                 continue
             metrics.RESTORE_DURATION.observe(result.seconds)
             metrics.RESTORE_RECORDS.inc(result.records)

@@ -438,6 +438,7 @@ class PartitionTask:
         tick: bool,
         barrier: int | None = None,
         control_position: int | None = None,
+        control_end: int | None = None,
     ) -> Step:
         """Feed one batch (topic role → records), then the optional tick, to the Assembler.
 
@@ -446,6 +447,9 @@ class PartitionTask:
         control once the batch's control records are handed over (see the module docstring).
         The tick comes after the records, and the caller asks for it only when both inputs are
         caught up: expiry must never overtake a backlog that may hold the awaited event.
+        ``control_end``, control's committed end read for the tick, is the tick's: a call waiting
+        for its turn's binding fails only once control is applied up to an end read after its
+        wait ran out (``Assembler.tick``).
         """
         step = Step()
         self.clean = False  # until this step is committed (or turns out empty)
@@ -482,7 +486,7 @@ class PartitionTask:
                 self._emit(step, out, None, now)
         if tick and step.held_from is None:  # held fragments may hold what a buffer awaits
             self.last_tick = now
-            for out in self.assembler.tick(now):
+            for out in self.assembler.tick(now, control_end=control_end):
                 self._emit(step, out, None, None)
         for change in self.assembler.drain_changes():
             step.plan.changelog.append(encode_change(change, self.topics.changelog, self.partition))

@@ -10,8 +10,8 @@ The loop, in the spirit of h11's example client (the Assembler is the protocol, 
                       + the fetch that starts then, waited for up to fetch_topup_ms
             with the processing lock:
                 barriers = control's committed end offsets, read now (after the fetch), for
-                           the partitions whose batch holds fragments (one ListOffsets, on
-                           connections of its own)
+                           the partitions whose batch holds fragments or whose tick is due
+                           (one ListOffsets, on connections of its own)
                 per ready partition: build the step (records in order with the barrier,
                            control applied up to the consumer's position, tick when due) and
                            start its transaction, which runs while the next step is built;
@@ -41,7 +41,7 @@ import logging
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer
@@ -321,21 +321,32 @@ class Worker:
             if task.partition in by_partition and task.ready_seq > fetch_seq:
                 # fetched before the task's latest seek: re-read from its expected offsets
                 self._drop(consumer, task, by_partition.pop(task.partition))
-        barriers = await self._barriers(consumer, tasks, by_partition)
+        interval = self.settings.tick_interval_seconds
+        due = {task.partition for task in tasks if now - task.last_tick >= interval}
+        barriers = await self._barriers(consumer, tasks, by_partition, due)
         for task in tasks:
             records = by_partition.pop(task.partition, {})
             barrier = barriers.get(task.partition)
             if "fragments" in records and barrier is None:
                 self._drop(consumer, task, records)  # no barrier, no fragments: retry them
                 records = {}
-            tick = now - task.last_tick >= self.settings.tick_interval_seconds
-            if tick:  # expire only when caught up: a backlog may hold what a buffer awaits
+            # expire only when caught up (a backlog may hold what a buffer awaits), and with
+            # control's end read now: the binding wait ends only once control is applied to it
+            tick = task.partition in due and barrier is not None
+            if tick:
                 ends = {tp: _end_offset(consumer, tp) for tp in task.tps}
                 tick = task.caught_up(ends, records)
             if not records and not tick and not task.assembler.holds_for_control:
                 continue
             position = await _position(consumer, task.control_tp)
-            step = task.build(records, now, tick=tick, barrier=barrier, control_position=position)
+            step = task.build(
+                records,
+                now,
+                tick=tick,
+                barrier=barrier,
+                control_position=position,
+                control_end=barrier if tick else None,
+            )
             if step.held_from is not None and barrier is not None:
                 self._pause_fragments(consumer, task, step.held_from, barrier)
             if not step.plan.empty:
@@ -390,17 +401,21 @@ class Worker:
         consumer: AIOKafkaConsumer,
         tasks: Sequence[PartitionTask],
         by_partition: Mapping[int, Mapping[str, Sequence[ConsumerRecord]]],
+        ticking: Set[int] = frozenset(),
     ) -> dict[int, int]:
-        """Control's committed end offset per partition whose batch holds fragments.
+        """Control's committed end offset per partition whose batch holds fragments, or whose
+        tick is due (``ticking``).
 
         Read after the batch was fetched, so it covers every control record committed before
-        any of those fragments was written (the causal rule: see :mod:`.partition`). Empty on
-        failure: the caller then re-reads those fragments later rather than run without it.
+        any of those fragments was written (the causal rule: see :mod:`.partition`), and every
+        ``turn.started`` committed before the tick's time (the binding wait: see
+        ``Assembler.tick``). Empty on failure: the caller then re-reads those fragments later,
+        and skips the tick, rather than run without it.
         """
         wanted = {
             task.control_tp: task.partition
             for task in tasks
-            if "fragments" in by_partition.get(task.partition, {})
+            if "fragments" in by_partition.get(task.partition, {}) or task.partition in ticking
         }
         if not wanted:
             return {}

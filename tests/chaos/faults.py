@@ -21,7 +21,7 @@ during which the load goes on (the cluster must keep serving):
 * ``controller``: ``kill -9`` the active controller's node (combined roles: a broker too);
   restart it the same way.
 * ``zombie``: SIGSTOP the broker that leads the most of those partitions for
-  :attr:`Cluster.broker_stop_seconds`, past the broker session timeout (9 s) and the replica lag
+  :attr:`Cluster.broker_stop_seconds`, past the broker session timeout (6 s) and the replica lag
   time (10 s): its partitions move and it leaves the ISR; then SIGCONT. It must rejoin without
   serving stale data.
 * ``rolling``: restart every broker in turn (SIGTERM: a controlled shutdown; start; wait until
@@ -224,7 +224,7 @@ class Cluster:
     before_kill: Callable[[list[WorkerProcess]], Awaitable[int | None]] | None = None
     stop_seconds: float = 14.0  # > session timeout (10 s) and transaction timeout (9 s)
     broker_down_seconds: float = 5.0  # a killed broker of a cluster restarts after this
-    broker_stop_seconds: float = 16.0  # > broker session (9 s) and replica lag (10 s) timeouts
+    broker_stop_seconds: float = 16.0  # > broker session (6 s) and replica lag (10 s) timeouts
     slots: list[WorkerProcess] = field(default_factory=list)
     unexpected_exits: list[tuple[str, int]] = field(default_factory=list)
     _generation: int = 0
