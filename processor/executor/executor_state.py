@@ -100,6 +100,7 @@ class _Owned:
     entries: dict[str, ExecutionEntry]
     pending_offset: int | None = None  # next offset to commit, not yet in a transaction
     lost: bool = False  # its producer was fenced (client._lose)
+    discarded: bool = False  # its producer was dropped after a failed transaction: make a new one
     resume_at: int | None = None  # once lost: the record in hand, fetched again after a retake
 
 

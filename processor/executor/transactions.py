@@ -134,6 +134,22 @@ class Transactions(ClientState):
         for attempt in range(1, _TXN_ATTEMPTS + 1):
             if owned.lost:
                 raise _Fenced
+            if owned.discarded:  # the last attempt failed and no new producer could be made
+                try:
+                    owned.producer = await self._new_producer(owned.partition)
+                except ProducerFenced:
+                    owned.lost = True
+                    raise _Fenced from None
+                except (KafkaError, hanging.TransactionHeld) as exc:
+                    log.warning(
+                        "executor transaction: no new producer yet; retrying",
+                        extra=fields(
+                            partition=owned.partition, attempt=attempt, error=type(exc).__name__
+                        ),
+                    )
+                    await asyncio.sleep(min(2.0, 0.2 * attempt))
+                    continue
+                owned.discarded = False
             producer = owned.producer
             try:
                 async with asyncio.timeout(self.settings.commit_timeout_seconds):
@@ -151,14 +167,8 @@ class Transactions(ClientState):
                     ),
                 )
                 await discard_producer(producer)  # never deliver the failed batch later
+                owned.discarded = True  # the next attempt starts with a new producer
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
-                try:
-                    owned.producer = await self._new_producer(owned.partition)
-                except ProducerFenced:
-                    owned.lost = True
-                    raise _Fenced from None
-                except (KafkaError, hanging.TransactionHeld):
-                    continue
                 continue
             if offset is not None and offset >= (owned.pending_offset or 0):
                 owned.pending_offset = None
