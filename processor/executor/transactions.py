@@ -140,7 +140,7 @@ class Transactions(ClientState):
                 except ProducerFenced:
                     owned.lost = True
                     raise _Fenced from None
-                except (KafkaError, hanging.TransactionHeld) as exc:
+                except (KafkaError, hanging.TransactionHeld, hanging.HangingError) as exc:
                     log.warning(
                         "executor transaction: no new producer yet; retrying",
                         extra=fields(
