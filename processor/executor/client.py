@@ -32,8 +32,9 @@ Nothing here logs, counts or writes argument values.
 Where the parts live. This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the
 consumer loop (``run``: fetch, then each partition's records in order under the lock) and
 rebalances (taking a partition: a new transactional producer, the ledger restored, unfinished
-claims reported ``unknown``; releasing it; retrying a failed take; losing it when fenced). It must
-not decide about a record. :class:`ExecutorClient` is one object built in layers, each a base of
+claims reported ``unknown``; releasing it; retrying a failed take; taking it back after a fence
+that no rebalance follows), and the stall watchdog beside the loop. It must not decide about a
+record. :class:`ExecutorClient` is one object built in layers, each a base of
 the next and calling only the layers below it (why layers and not collaborators:
 :mod:`processor.executor.executor_state`):
 
