@@ -206,6 +206,10 @@ class Settings(BaseSettings):
     transaction_timeout_ms: int = Field(default=9_000, gt=0)
     commit_timeout_seconds: float = Field(default=7.0, gt=0)
     restore_timeout_seconds: float = Field(default=300.0, gt=0)
+    # an executor whose loop makes no progress this long (no record decided, no poll returned,
+    # a handler's own run time not counted) logs one line and exits 1, for its supervisor to
+    # restart it (processor.executor.client); its liveness probe fails from then on
+    executor_stall_timeout_seconds: float = Field(default=120.0, gt=0)
     # local state stores (processor.runtime.store): one RocksDB per partition under this folder,
     # so a restart restores only the changelog tail after each store's checkpoint; unset, every
     # assignment restores from the changelog in full. Its block cache, per partition, in MiB.

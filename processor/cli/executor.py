@@ -20,9 +20,12 @@ commands the fence reads from ``control``; without one the executor refuses to s
 the deployment's missing topics first, ``results`` and ``executions`` included, as ``processor
 topics create`` does (local demos; a deployment creates its topics once, beforehand).
 
-Exit codes: 0 after a graceful stop (SIGTERM / SIGINT), 1 on a runtime failure, 69 when the
-broker stays unreachable for ``PROCESSOR_STARTUP_TIMEOUT_SECONDS`` (at start-up or later), 78 on
-a configuration problem (see :mod:`processor.cli.errors`).
+Exit codes: 0 after a graceful stop (SIGTERM / SIGINT), 1 on a runtime failure (also when the
+executor's loop made no progress for ``PROCESSOR_EXECUTOR_STALL_TIMEOUT_SECONDS``: one
+``executor stalled`` log line, see :meth:`ExecutorClient.run`), 69 when the broker stays
+unreachable for ``PROCESSOR_STARTUP_TIMEOUT_SECONDS`` (at start-up or later), 78 on a
+configuration problem (see :mod:`processor.cli.errors`). The liveness probe (``/healthz``)
+fails once the loop has stalled that long.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from processor.cli.flags import KEYRING_HELP, add_connection_flags, load_setting
 from processor.cli.tools import add_server_flags, mcp_settings, server_spec
 from processor.core.authn import AllowUnsigned, CommandVerifier
 from processor.core.errors import ProcessorError
-from processor.executor.client import DEFAULT_GROUP, ExecutorClient
+from processor.executor.client import DEFAULT_GROUP, ExecutorClient, ExecutorStalled
 from processor.executor.handlers import load_handlers
 from processor.exits import CliError, classify
 from processor.observability.logging import configure_logging, fields
@@ -181,7 +184,10 @@ async def serve(client: ExecutorClient, *, create_topics: bool) -> int:
         health = HealthServer(
             settings.metrics_host,
             settings.metrics_port,
-            live=lambda: (True, {}),
+            live=lambda: (
+                client.seconds_since_progress() < settings.executor_stall_timeout_seconds,
+                {"seconds_since_progress": round(client.seconds_since_progress(), 1)},
+            ),
             ready=lambda: (
                 broker.reachable and bool(client.owned_partitions()),
                 {"partitions": client.owned_partitions(), "kafka_reachable": broker.reachable},
@@ -189,6 +195,7 @@ async def serve(client: ExecutorClient, *, create_topics: bool) -> int:
         )
         await health.start()
     watch: asyncio.Task[None] | None = None
+    stalled = False
     try:
         await wait_for_broker(settings)
         if create_topics:
@@ -203,6 +210,8 @@ async def serve(client: ExecutorClient, *, create_topics: bool) -> int:
             except asyncio.CancelledError:
                 if not lost or (task := asyncio.current_task()) is None or task.cancelling():
                     raise
+            except ExecutorStalled:
+                stalled = True  # its one line is logged; the partitions were abandoned
         finally:
             watch.cancel()
             await client.stop()
@@ -218,7 +227,7 @@ async def serve(client: ExecutorClient, *, create_topics: bool) -> int:
             await health.stop()
     if lost:
         raise lost[0]
-    return 0
+    return 1 if stalled else 0
 
 
 def register_executor_mcp(

@@ -32,8 +32,9 @@ Nothing here logs, counts or writes argument values.
 Where the parts live. This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the
 consumer loop (``run``: fetch, then each partition's records in order under the lock) and
 rebalances (taking a partition: a new transactional producer, the ledger restored, unfinished
-claims reported ``unknown``; releasing it; retrying a failed take; losing it when fenced). It must
-not decide about a record. :class:`ExecutorClient` is one object built in layers, each a base of
+claims reported ``unknown``; releasing it; retrying a failed take; taking it back after a fence
+that no rebalance follows), and the stall watchdog beside the loop. It must not decide about a
+record. :class:`ExecutorClient` is one object built in layers, each a base of
 the next and calling only the layers below it (why layers and not collaborators:
 :mod:`processor.executor.executor_state`):
 
@@ -52,7 +53,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
@@ -63,6 +64,7 @@ from processor.executor.claims import Claims
 from processor.executor.executor_state import (
     _T,
     DEFAULT_GROUP,
+    ExecutorStalled,
     ExecutorStats,
     _Fenced,
     _Owned,
@@ -78,13 +80,20 @@ from processor.runtime.clients import discard_producer, stop_consumer
 from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
 
-__all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStats"]
+__all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStalled", "ExecutorStats"]
 
 log = logging.getLogger(__name__)
 
 
+_RELEASE_SECONDS: Final = 10.0  # a released producer's flush (stop) at most; then discarded
+
+
 class _Abandoned(Exception):
     """The broker is gone and the executor is exiting: a take or release was cancelled."""
+
+
+class _TakeFailed(Exception):
+    """A take could not report the claims a previous owner left unfinished."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -202,10 +211,54 @@ class ExecutorClient(Claims):
                 work.cancel()
 
     async def run(self) -> None:
-        """Process dispatch records until :meth:`request_stop` or :meth:`stop`."""
+        """Process dispatch records until :meth:`request_stop` or :meth:`stop`.
+
+        A watchdog runs beside the loop: when the loop makes no progress for
+        ``executor_stall_timeout_seconds`` (a wait on the broker that never ends, whatever its
+        cause), it logs one error line, abandons the partitions (as with a lost broker: nothing
+        is committed on the way out) and raises :class:`ExecutorStalled`; ``processor executor
+        run`` then exits 1 so that its supervisor restarts it. Never alive and silent."""
         consumer = self._consumer
         if consumer is None:
             raise RuntimeError("ExecutorClient.start() was not awaited")
+        self._progress("polling")
+        metrics.EXECUTOR_SECONDS_SINCE_PROGRESS.set_function(self.seconds_since_progress)
+        loop = asyncio.create_task(self._loop(consumer))
+        watchdog = asyncio.create_task(self._watch())
+        try:
+            await asyncio.wait({loop, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not loop.done():
+                loop.cancel()  # a stall, or run() itself cancelled: the loop goes too
+                await asyncio.wait({loop}, timeout=_RELEASE_SECONDS)
+            stalled = watchdog.done() and not watchdog.cancelled()
+            watchdog.cancel()
+            await asyncio.wait({watchdog})
+        if not stalled:
+            return loop.result()
+        raise watchdog.result()
+
+    async def _watch(self) -> ExecutorStalled:
+        """Return once the loop has made no progress for the stall timeout."""
+        limit = self.settings.executor_stall_timeout_seconds
+        while True:
+            await asyncio.sleep(min(1.0, limit / 10))
+            stalled = self.seconds_since_progress()
+            if stalled >= limit:
+                log.error(
+                    "executor stalled: no progress; exiting to be restarted",
+                    extra=fields(
+                        executor_id=self.executor_id,
+                        stalled_seconds=round(stalled, 1),
+                        step=self._step,
+                        owned=self.owned_partitions(),
+                        setting="PROCESSOR_EXECUTOR_STALL_TIMEOUT_SECONDS",
+                    ),
+                )
+                self.request_stop(abandon=True)
+                return ExecutorStalled(stalled, self._step)
+
+    async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         stop_wait = asyncio.create_task(self._stopping.wait())
         try:
             while not self._stopping.is_set():
@@ -219,10 +272,12 @@ class ExecutorClient(Claims):
                         await fetch
                     return
                 batches = fetch.result()
+                self._progress("waiting for the lock (a take or release in progress)")
                 async with self._lock:
                     for tp, records in batches.items():
                         if not await self._process_partition(consumer, tp, records):
                             return
+                self._progress("polling")
                 self._maybe_forget()
         finally:
             stop_wait.cancel()
@@ -239,6 +294,7 @@ class ExecutorClient(Claims):
         if owned.lost:
             return True
         for record in records:
+            self._progress(f"dispatch partition {tp.partition} offset {record.offset}")
             try:
                 with tracing.span(
                     f"process {tp.topic}",
@@ -261,11 +317,15 @@ class ExecutorClient(Claims):
                 consumer.seek(tp, record.offset)  # decide it again on the next fetch
                 return True
             except _Fenced:
-                self._lose(owned)
+                self._lose(owned, record.offset)
                 return True
         # on failure the records are in the ledger already; the offsets are committed later
-        with contextlib.suppress(_Fenced, _TransactionFailed):
+        try:
             await self._flush_offsets(owned)
+        except _Fenced:
+            self._lose(owned, None)
+        except _TransactionFailed:
+            pass
         return True
 
     # ------------------------------------------------------------------ rebalance
@@ -306,22 +366,25 @@ class ExecutorClient(Claims):
         finally:
             self._broker_work.discard(task)
 
-    def _retry_take(self, tp: TopicPartition, exc: BaseException) -> None:
-        """Pause a partition whose take failed and retry the take in the background."""
-        log.warning(
-            "could not take a dispatch partition; retrying",
-            extra=fields(partition=tp.partition, error=type(exc).__name__),
-        )
-        metrics.EXECUTOR_TAKE_FAILURES.inc()
+    def _retry_take(
+        self, tp: TopicPartition, exc: BaseException | None, *, delay: float = 1.0
+    ) -> None:
+        """Pause a partition whose take failed (``exc``), or that was lost to a fence, and
+        take it (again) in the background after ``delay`` seconds, while it stays assigned."""
+        if exc is not None:
+            log.warning(
+                "could not take a dispatch partition; retrying",
+                extra=fields(partition=tp.partition, error=type(exc).__name__),
+            )
+            metrics.EXECUTOR_TAKE_FAILURES.inc()
         consumer = self._consumer
         if consumer is not None:
             with contextlib.suppress(Exception):
                 consumer.pause(tp)
         if tp.partition not in self._retakes:
-            self._retakes[tp.partition] = asyncio.create_task(self._retake(tp))
+            self._retakes[tp.partition] = asyncio.create_task(self._retake(tp, delay))
 
-    async def _retake(self, tp: TopicPartition) -> None:
-        delay = 1.0
+    async def _retake(self, tp: TopicPartition, delay: float) -> None:
         try:
             while not self._stopping.is_set():
                 await asyncio.sleep(delay)
@@ -329,14 +392,15 @@ class ExecutorClient(Claims):
                 if consumer is None or tp not in consumer.assignment():
                     return  # revoked meanwhile: the next owner takes it
                 async with self._lock:
-                    if tp.partition in self._owned:
+                    lost = self._owned.get(tp.partition)
+                    if lost is not None and not lost.lost:
                         return
                     try:
-                        self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
+                        owned = await self._abortable(self._take(tp.partition))
                     except _Abandoned:
                         return
                     except Exception as exc:
-                        delay = min(delay * 2, 30.0)
+                        delay = min(max(delay, 1.0) * 2, 30.0)
                         if isinstance(exc, hanging.TransactionHeld):
                             continue  # logged once by processor.runtime.hanging
                         log.warning(
@@ -344,6 +408,11 @@ class ExecutorClient(Claims):
                             extra=fields(partition=tp.partition, error=type(exc).__name__),
                         )
                         continue
+                    self._owned[tp.partition] = owned
+                    if lost is not None:
+                        await discard_producer(lost.producer)  # fenced: nothing to flush
+                        if lost.resume_at is not None:  # fetch the undecided records again
+                            consumer.seek(tp, lost.resume_at)
                     consumer.resume(tp)
                     return
         finally:
@@ -364,7 +433,8 @@ class ExecutorClient(Claims):
                         await discard_producer(owned.producer)
 
     async def _take(self, partition: int) -> _Owned:
-        """Fence the previous owner, restore the ledger, report its unfinished claims."""
+        """Fence the previous owner, restore the ledger, report its unfinished claims (a take
+        that cannot report them fails, and is retried: they would stay claimed otherwise)."""
         producer = await self._new_producer(partition)
         try:
             entries = await restore_ledger_partition(
@@ -386,22 +456,37 @@ class ExecutorClient(Claims):
         for entry in dangling:
             try:
                 await self._record_unknown(owned, entry, "executor_interrupted")
-            except (_Fenced, _TransactionFailed):
-                break  # the next owner reports them
+            except (_Fenced, _TransactionFailed) as exc:
+                await discard_producer(owned.producer)
+                raise _TakeFailed(type(exc).__name__) from None
         return owned
 
     async def _release(self, owned: _Owned) -> None:
         if not owned.lost:
             with contextlib.suppress(_Fenced, _TransactionFailed):
                 await self._flush_offsets(owned)
-        with contextlib.suppress(Exception):
-            await owned.producer.stop()
+        try:  # a flush waits for pending batches, which an idempotent producer retries forever
+            await asyncio.wait_for(owned.producer.stop(), _RELEASE_SECONDS)
+        except Exception:
+            await discard_producer(owned.producer)
 
-    def _lose(self, owned: _Owned) -> None:
-        """Another executor owns this partition now; stop using it until it is reassigned."""
+    def _lose(self, owned: _Owned, resume_at: int | None) -> None:
+        """The partition's producer was fenced: stop using it, and take it again after one
+        session timeout if it is still ours then.
+
+        A fence means another member took the partition (a rebalance, which then tells this
+        member within a session timeout and cancels the retake), or that the coordinator
+        aborted a transaction of ours that outlived the transaction timeout (a broker outage,
+        a stalled commit) and bumped the epoch: then nothing else owns the partition and no
+        rebalance comes, so waiting for one would leave it paused for good, and a claim whose
+        end was being written would stay claimed. The take fences whatever else holds the id,
+        restores the ledger (reporting such a claim ``unknown``), and the records from
+        ``resume_at`` (the record in hand) are fetched again."""
         owned.lost = True
-        log.warning("fenced on a dispatch partition", extra=fields(partition=owned.partition))
-        consumer = self._consumer
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                consumer.pause(TopicPartition(self.topics.dispatch, owned.partition))
+        owned.resume_at = resume_at
+        delay = self.settings.session_timeout_ms / 1000
+        log.warning(
+            "fenced on a dispatch partition; taking it again unless a rebalance moves it",
+            extra=fields(partition=owned.partition, retake_in_seconds=delay),
+        )
+        self._retry_take(TopicPartition(self.topics.dispatch, owned.partition), None, delay=delay)

@@ -39,7 +39,7 @@ from processor.executor.records import ExecutionEntry, ExecutionOutcome
 from processor.observability import metrics
 from processor.settings import Settings
 
-__all__ = ["DEFAULT_GROUP", "ClientState", "ExecutorStats"]
+__all__ = ["DEFAULT_GROUP", "ClientState", "ExecutorStalled", "ExecutorStats"]
 
 DEFAULT_GROUP: Final = "toolcall-executors"
 
@@ -81,6 +81,16 @@ class _Stopping(Exception):
     """The executor is stopping; leave the record in hand unacknowledged."""
 
 
+class ExecutorStalled(Exception):
+    """The executor's loop made no progress for ``executor_stall_timeout_seconds``: it was
+    stopped, abandoning its partitions (nothing committed on the way out), to be restarted."""
+
+    def __init__(self, seconds: float, step: str) -> None:
+        super().__init__(f"no progress for {seconds:.0f} s (last step: {step})")
+        self.seconds = seconds
+        self.step = step
+
+
 @dataclass
 class _Owned:
     """A dispatch partition this executor owns: its transactional producer and ledger view."""
@@ -89,7 +99,9 @@ class _Owned:
     producer: AIOKafkaProducer
     entries: dict[str, ExecutionEntry]
     pending_offset: int | None = None  # next offset to commit, not yet in a transaction
-    lost: bool = False
+    lost: bool = False  # its producer was fenced (client._lose)
+    discarded: bool = False  # its producer was dropped after a failed transaction: make a new one
+    resume_at: int | None = None  # once lost: the record in hand, fetched again after a retake
 
 
 class ClientState:
@@ -149,6 +161,10 @@ class ClientState:
         self._broker_work: set[asyncio.Task[Any]] = set()
         self._started = False
         self._next_forget = 0.0
+        # liveness: when the loop last made progress, what it is doing, handlers running
+        self._progress_at = time.monotonic()
+        self._step = "starting"
+        self._in_handler = 0
 
     def _new_fence(self) -> FenceState:
         registry = self.registry
@@ -167,6 +183,18 @@ class ClientState:
         return FenceState(
             verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
         )
+
+    def _progress(self, step: str) -> None:
+        """The loop made progress; ``step`` names what it does next (for the stall line)."""
+        self._progress_at = time.monotonic()
+        self._step = step
+
+    def seconds_since_progress(self) -> float:
+        """Seconds since the loop last made progress; 0 while a handler runs (its own
+        timeout bounds it)."""
+        if self._in_handler:
+            return 0.0
+        return time.monotonic() - self._progress_at
 
     def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
         self.stats.count(outcome.value)

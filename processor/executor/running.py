@@ -65,8 +65,13 @@ class Running(Fencing):
         try:
             attributes = {"toolcall.tool": dispatch.tool, "toolcall.dispatch_id": call.dispatch_id}
             with tracing.span(f"execute {dispatch.tool}", "internal", attributes):
-                async with asyncio.timeout(registration.timeout_seconds) as deadline:
-                    returned = await registration.handler(call)
+                self._in_handler += 1  # the stall watchdog waits for the handler's own timeout
+                try:
+                    async with asyncio.timeout(registration.timeout_seconds) as deadline:
+                        returned = await registration.handler(call)
+                finally:
+                    self._in_handler -= 1
+                    self._progress("recording the outcome")
             output, detail = _as_output(returned)
         except ExecutionFailed as exc:
             outcome, reason = ExecutionOutcome.FAILED, exc.code

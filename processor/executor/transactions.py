@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from typing import Final
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from processor.core.events import CallKey, Status, UserState, encode, stable_id
@@ -27,7 +27,7 @@ from processor.executor.executor_state import ClientState, _Fenced, _Owned, _Tra
 from processor.executor.records import ExecutionEntry, ExecutionResult, entry_key
 from processor.observability.logging import fields
 from processor.runtime import hanging
-from processor.runtime.clients import discard_producer
+from processor.runtime.clients import discard_producer, settle_unawaited
 
 __all__ = ["Transactions"]
 
@@ -59,7 +59,11 @@ class Transactions(ClientState):
             max_request_size=self.settings.max_message_bytes,
         )
         try:
-            await producer.start()  # InitProducerId: fences and completes the previous owner's txn
+            # InitProducerId: fences and completes the previous owner's txn. aiokafka retries it
+            # without a bound (and without a log line) while the coordinator answers
+            # CONCURRENT_TRANSACTIONS or is loading, or cannot be found: bounded here
+            async with asyncio.timeout(self.settings.request_timeout_ms / 1000):
+                await producer.start()
             # before it writes anything: what the coordinator completed without a marker on an
             # output partition (processor.runtime.hanging); TransactionHeld when it may not
             topics = (self.topics.executions, self.topics.results, self.topics.status)
@@ -72,6 +76,9 @@ class Transactions(ClientState):
                 bootstrap=self.settings.bootstrap_servers,
                 previous=previous,
             )
+        except TimeoutError:
+            await discard_producer(producer)
+            raise KafkaTimeoutError(f"InitProducerId of {transactional_id} timed out") from None
         except BaseException:
             await discard_producer(producer)
             raise
@@ -112,37 +119,47 @@ class Transactions(ClientState):
         """Write ``outputs`` and commit the offset ``next_offset`` (or a pending one) in ONE
         transaction of the partition's producer.
 
-        Transient errors: a new producer with the same transactional id (its InitProducerId
-        completes or aborts the failed transaction, so a retry never doubles an effect that
-        matters: entries are keyed, results carry a stable ``result_id``), up to
+        Each attempt runs under ``commit_timeout_seconds`` (below the transaction timeout), as
+        the worker's commit step does: aiokafka waits for a transaction's end without a bound,
+        and an idempotent producer retries a batch forever, so an attempt caught by a broker
+        outage (or a coordinator that answers CONCURRENT_TRANSACTIONS) would otherwise wait
+        until the coordinator times the transaction out and fences the producer.
+
+        Transient errors and timeouts: a new producer with the same transactional id (its
+        InitProducerId completes or aborts the failed transaction, so a retry never doubles an
+        effect that matters: entries are keyed, results carry a stable ``result_id``), up to
         ``_TXN_ATTEMPTS``; then :class:`_TransactionFailed`. Fencing: :class:`_Fenced`.
         """
         offset = next_offset if next_offset is not None else owned.pending_offset
         for attempt in range(1, _TXN_ATTEMPTS + 1):
             if owned.lost:
                 raise _Fenced
+            if owned.discarded:  # the last attempt failed and no new producer could be made
+                try:
+                    owned.producer = await self._new_producer(owned.partition)
+                except ProducerFenced:
+                    owned.lost = True
+                    raise _Fenced from None
+                except (KafkaError, hanging.TransactionHeld, hanging.HangingError) as exc:
+                    log.warning(
+                        "executor transaction: no new producer yet; retrying",
+                        extra=fields(
+                            partition=owned.partition, attempt=attempt, error=type(exc).__name__
+                        ),
+                    )
+                    await asyncio.sleep(min(2.0, 0.2 * attempt))
+                    continue
+                owned.discarded = False
             producer = owned.producer
             try:
-                await producer.begin_transaction()
-                futures = [
-                    await producer.send(
-                        topic, value=value, key=key, partition=partition, headers=headers
-                    )
-                    for topic, key, value, partition, headers in outputs
-                ]
-                if offset is not None:
-                    tp = TopicPartition(self.topics.dispatch, owned.partition)
-                    await producer.send_offsets_to_transaction(
-                        {tp: OffsetAndMetadata(offset, "")}, self.group
-                    )
-                await asyncio.gather(*futures)
-                await producer.commit_transaction()
+                async with asyncio.timeout(self.settings.commit_timeout_seconds):
+                    await self._one_transaction(owned, producer, outputs, offset)
             except (ProducerFenced, AssertionError):
                 # aiokafka reports a fenced producer's later calls as a bare AssertionError
                 owned.lost = True
                 await discard_producer(producer)
                 raise _Fenced from None
-            except KafkaError as exc:
+            except (KafkaError, TimeoutError) as exc:
                 log.warning(
                     "executor transaction failed; retrying with a new producer",
                     extra=fields(
@@ -150,19 +167,33 @@ class Transactions(ClientState):
                     ),
                 )
                 await discard_producer(producer)  # never deliver the failed batch later
+                owned.discarded = True  # the next attempt starts with a new producer
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
-                try:
-                    owned.producer = await self._new_producer(owned.partition)
-                except ProducerFenced:
-                    owned.lost = True
-                    raise _Fenced from None
-                except (KafkaError, hanging.TransactionHeld):
-                    continue
                 continue
             if offset is not None and offset >= (owned.pending_offset or 0):
                 owned.pending_offset = None
             return
         raise _TransactionFailed
+
+    async def _one_transaction(
+        self, owned: _Owned, producer: AIOKafkaProducer, outputs: list[_Out], offset: int | None
+    ) -> None:
+        await producer.begin_transaction()
+        futures = [
+            await producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+            for topic, key, value, partition, headers in outputs
+        ]
+        try:
+            if offset is not None:
+                tp = TopicPartition(self.topics.dispatch, owned.partition)
+                await producer.send_offsets_to_transaction(
+                    {tp: OffsetAndMetadata(offset, "")}, self.group
+                )
+            await asyncio.gather(*futures)
+        except BaseException:
+            settle_unawaited(futures)  # failed with the discarded producer: never awaited
+            raise
+        await producer.commit_transaction()
 
     async def _after_claim(self, write: Awaitable[None]) -> None:
         """Record the end of a claimed call; if that cannot be written, the claim stays and the

@@ -225,3 +225,9 @@ EXECUTOR_TAKE_FAILURES: Final = Counter(
     "toolcall_executor_take_failures",
     "Dispatch partitions whose take (fence, ledger restore) failed on assignment and is retried.",
 )
+EXECUTOR_SECONDS_SINCE_PROGRESS: Final = Gauge(
+    "toolcall_executor_seconds_since_progress",
+    "Seconds since the executor's loop last made progress (a poll returned, a record was "
+    "decided; 0 while a handler runs, under its own timeout). At "
+    "PROCESSOR_EXECUTOR_STALL_TIMEOUT_SECONDS the executor exits 1 to be restarted.",
+)

@@ -234,6 +234,10 @@ async def discard_producer(producer: AIOKafkaProducer) -> None:
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
-    producer._message_accumulator.fail_all(ProducerDiscarded())
+    accumulator = producer._message_accumulator
+    # a batch re-queued for a retry has left the pending set but keeps the callback that
+    # removes it from there: failing it raised KeyError in that callback (logged by asyncio)
+    accumulator._pending_batches.update(b for q in accumulator._batches.values() for b in q)
+    accumulator.fail_all(ProducerDiscarded())
     with contextlib.suppress(Exception):
         await asyncio.wait_for(producer.client.close(), 5)

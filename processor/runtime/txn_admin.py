@@ -56,6 +56,8 @@ _DENIED: Final = frozenset({_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_
 _ATTEMPTS: Final = 8
 _BACKOFF_SECONDS: Final = 0.1  # doubled per attempt, at most 2 s: about 7 s in all
 _TRANSACTIONAL_ID_NOT_FOUND: Final = 105
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask again
+_COORDINATOR_MOVED: Final = frozenset({14, 15, 16})
 _TRANSACTION_COORDINATOR: Final = 1  # FindCoordinator key type
 # coordinator states whose transaction ends, or ended, committed (TransactionState.java)
 _COMMITTED: Final = frozenset({"PrepareCommit", "CompleteCommit"})
@@ -431,14 +433,21 @@ async def previous_transaction(client: _Client, transactional_id: str) -> Previo
     """The coordinator's state of ``transactional_id`` (None: it has none). Ask before
     ``InitProducerId``: a transaction it committed without writing every marker (the same skip,
     after PrepareCommit) must be committed on the partitions it skipped, not aborted. Needs
-    DESCRIBE on the transactional id."""
-    node = await client.coordinator_lookup(_TRANSACTION_COORDINATOR, transactional_id)
-    response = await client.send(node, DescribeTransactionsRequest([transactional_id]))
-    [(code, _, state, _, _, producer_id, _, _, _)] = response.transaction_states
-    if code == _TRANSACTIONAL_ID_NOT_FOUND:
-        return None
-    if code != _NONE:
-        raise HangingError(
-            f"DescribeTransactions {transactional_id}: {for_code(code).__name__}", code
-        )
-    return Previous(producer_id, state)
+    DESCRIBE on the transactional id.
+
+    A coordinator that moved, is loading or is not there yet (brokers restarting) is looked up
+    again a few times with a backoff; then :class:`HangingError`."""
+    for attempt in range(_ATTEMPTS):
+        node = await client.coordinator_lookup(_TRANSACTION_COORDINATOR, transactional_id)
+        response = await client.send(node, DescribeTransactionsRequest([transactional_id]))
+        [(code, _, state, _, _, producer_id, _, _, _)] = response.transaction_states
+        if code == _TRANSACTIONAL_ID_NOT_FOUND:
+            return None
+        if code == _NONE:
+            return Previous(producer_id, state)
+        if code not in _COORDINATOR_MOVED or attempt + 1 == _ATTEMPTS:
+            raise HangingError(
+                f"DescribeTransactions {transactional_id}: {for_code(code).__name__}", code
+            )
+        await _refresh(client, attempt)
+    return None  # never: the last attempt returns or raises

@@ -44,6 +44,7 @@ def test_metric_names_follow_the_convention() -> None:
         "toolcall_executor_barrier_duration_seconds",
         "toolcall_executor_handler_duration_seconds",
         "toolcall_executor_take_failures",
+        "toolcall_executor_seconds_since_progress",
     }
 
 
