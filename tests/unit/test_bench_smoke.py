@@ -109,7 +109,10 @@ def test_state_scaling_bench_times_both_states(tmp_path: Path) -> None:
     empty, full = result["runs"]["empty"][0], result["runs"]["full"][0]
     assert empty["open_buffers"] == 0 and full["open_buffers"] == 150
     assert full["inert_calls"] == empty["inert_calls"] + 200
-    assert full["frozen_objects"] > empty["frozen_objects"] > 0
+    # both report the permanent generation; not which is larger: the timed steps' young
+    # collections freeze once per interval, so the counts move by hundreds with the machine's
+    # load (under load the empty run once froze 91 more than the full one)
+    assert full["frozen_objects"] > 0 and empty["frozen_objects"] > 0
     assert result["ratio_full_vs_empty"] > 0
     assert "| full | 150 |" in load("bench_state_scaling").markdown(result)
 
