@@ -100,6 +100,7 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "toolcall_deadletters",
         "toolcall_control_commands",  # operator commands applied and rejected
         "toolcall_mcp_definition_changes",  # an MCP server's tools departing from their pins
+        "toolcall_executor_seconds_since_progress",  # the executor's stall watchdog
     }
     assert sorted(needed - bases) == []
     doc = json.loads(DASHBOARD.read_text())
