@@ -287,6 +287,13 @@ async def create_topics(
             raise TopicLayoutError("topic creation failed: " + "; ".join(problems))
         await _wait_for_leaders(admin, {s.name: s.partitions for s in todo}, timeout)
     after = await describe_topics(settings, admin)
+    # each metadata request may go to another broker, and a broker's metadata may lag the
+    # controller's for a moment: a topic just created and led can still look missing there
+    # (seen on a loaded three-node cluster, chaos seed 5); ask again until it shows
+    deadline = time.monotonic() + timeout
+    while any(not after[s.role].exists for s in todo) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        after = await describe_topics(settings, admin)
     for group in (WORKER_INPUTS, EXECUTOR_LEDGER):
         check_copartitioning(after, group)
     return result
