@@ -21,22 +21,11 @@ from processor.core.events import (
     InputEvent,
     ResponseQuarantined,
     ResponseStatus,
-    encode,
 )
-from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
 from tests.unit.scenario import Call, registry, turn_started
 from tests.unit.test_changelog import drain, restored
-
-SKEW = Limits().max_clock_skew_seconds
-SOURCE = RecordSource("fragments", 0, 0)
-
-
-def _feed(assembler: Assembler, events: list[InputEvent], now: float) -> list[object]:
-    out: list[object] = []
-    for event in events:
-        out += assembler.handle_record(encode(event), SOURCE, now)
-    return out
+from tests.unit.test_forgotten_stays_closed import SKEW, _feed
 
 
 def _dispatched(out: list[object]) -> int:
