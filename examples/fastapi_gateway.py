@@ -246,7 +246,9 @@ def verdict_lines(notes: TurnNotes, calls: dict[str, str]) -> list[str]:
         lines.append(f"[turn refused: {notes.refused}; none of its tool calls will run]")
     for call, tool in calls.items():
         status = notes.statuses.get(call)
-        if status is None:
+        # a refused binding settles the turn: a call still "preparing" when the refusal was read
+        # will not run either (its own failure may follow), so it is not shown as in progress
+        if status is None or (notes.refused is not None and status["state"] not in _SETTLED):
             lines.append(f"[{tool}: {'will not run' if notes.refused else 'no verdict yet'}]")
             continue
         text = f"[{tool}: {status['state']}"
