@@ -101,7 +101,7 @@ def child(mode: str, open_calls: int, retained: int, calls: int) -> dict[str, An
     def build(records: dict[str, list[Any]]) -> int:
         """Feed one step; returns the calls it dispatched."""
         end = records["control"][-1].offset + 1
-        done = task.build(records, time.time(), tick=False, barrier=end, control_position=end)
+        done = task.build(records, time.time(), barrier=end, control_position=end)
         return done.outputs.get("dispatch", 0)
 
     def step(first: int, count: int, whole: bool) -> None:

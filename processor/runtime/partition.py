@@ -142,6 +142,18 @@ class TaskState(enum.Enum):
     CLOSED = "closed"
 
 
+@dataclass(frozen=True)
+class TickFence:
+    """When a tick may expire what waits (``at``, the worker's clock), and the committed end
+    offsets of both inputs read at or after ``at``: the tick runs once they are applied, so
+    every record written before ``at`` is seen before anything is expired for having waited
+    until ``at``. Read fresh, not from the last fetch response, whose end may predate records
+    written since (a worker paused or slowed between two fetches)."""
+
+    at: float
+    ends: Mapping[TopicPartition, int]
+
+
 @dataclass
 class Step:
     """One batch of one partition: what to commit and what to count once it is committed."""
@@ -182,6 +194,9 @@ class PartitionTask:
         self.expected: dict[TopicPartition, int] = {}
         self.ready_seq = 0  # the manager's sequence number when this task last became ready
         self.last_tick = 0.0
+        # the expiry fence (see ``build``): when the next tick may run, and the inputs' committed
+        # end offsets read at or after that time, which must be applied before it does
+        self.tick_fence: TickFence | None = None
         self.input_partitions = 0  # partition count of the inputs, known once prepared
         # changelog offset after everything this task's Assembler reflects (None: unknown), and
         # whether the Assembler holds no change that is not committed (it may then be kept)
@@ -318,6 +333,7 @@ class PartitionTask:
             self.expected[tp] = await consumer.position(tp)
         self._traces.clear()
         self.last_tick = 0.0
+        self.tick_fence = None
         self.clean = True
         return result
 
@@ -453,21 +469,23 @@ class PartitionTask:
         records: Mapping[str, Sequence[ConsumerRecord]],
         now: float,
         *,
-        tick: bool,
+        tick: TickFence | None = None,
         barrier: int | None = None,
         control_position: int | None = None,
-        control_end: int | None = None,
     ) -> Step:
         """Feed one batch (topic role → records), then the optional tick, to the Assembler.
 
         ``barrier`` is control's committed end offset read after this batch was fetched (needed
         when the batch holds fragments); ``control_position`` the consumer's position on
         control once the batch's control records are handed over (see the module docstring).
-        The tick comes after the records, and the caller asks for it only when both inputs are
-        caught up: expiry must never overtake a backlog that may hold the awaited event.
-        ``control_end``, control's committed end read for the tick, is the tick's: a call waiting
-        for its turn's binding fails only once control is applied up to an end read after its
-        wait ran out (``Assembler.tick``).
+        The tick comes after the records, at ``tick.at`` (not ``now``), and the caller asks for
+        it only once both inputs are applied up to the end offsets ``tick.ends`` read at or after
+        ``tick.at`` (:meth:`caught_up`): expiry must never overtake a record written before the
+        time it judges by. An idle call fails only if no fragment of it was written before its
+        idle time ran out, an unbound call only if its binding was not in control before its
+        wait ran out (``Assembler.tick``'s ``control_end`` is control's end in the fence), and
+        so on for the response and confirmation waits. A tick that did not run (held
+        fragments) keeps its fence for the next batch.
         """
         step = Step()
         self.clean = False  # until this step is committed (or turns out empty)
@@ -502,9 +520,11 @@ class PartitionTask:
         if control_position is not None:
             for out in self.assembler.advance_control(control_position, now):
                 self._emit(step, out, None, now)
-        if tick and step.held_from is None:  # held fragments may hold what a buffer awaits
+        if tick is not None and step.held_from is None:  # held fragments may hold what a
+            # buffer awaits
             self.last_tick = now
-            for out in self.assembler.tick(now, control_end=control_end):
+            self.tick_fence = None
+            for out in self.assembler.tick(tick.at, control_end=tick.ends.get(self.control_tp)):
                 self._emit(step, out, None, None)
         for change in self.assembler.drain_changes():
             step.plan.changelog.append(encode_change(change, self.topics.changelog, self.partition))
@@ -596,7 +616,8 @@ class PartitionTask:
         end_offsets: Mapping[TopicPartition, int | None],
         fed: Mapping[str, Sequence[ConsumerRecord]],
     ) -> bool:
-        """Whether both inputs are read to their end once ``fed`` is applied (for the tick)."""
+        """Whether both inputs are read up to ``end_offsets`` once ``fed`` is applied (for the
+        tick: ``end_offsets`` are its fence's)."""
         for tp in self.tps:
             end = end_offsets.get(tp)
             if end is None:

@@ -64,7 +64,7 @@ from processor.runtime.clients import (
     ignore_fenced_leftovers,
     stop_consumer,
 )
-from processor.runtime.partition import PartitionTask, Step, TaskState
+from processor.runtime.partition import PartitionTask, Step, TaskState, TickFence
 from processor.runtime.reachability import BrokerWatch, wait_for_broker
 from processor.runtime.topics import (
     check_copartitioning,
@@ -322,31 +322,29 @@ class Worker:
                 # fetched before the task's latest seek: re-read from its expected offsets
                 self._drop(consumer, task, by_partition.pop(task.partition))
         interval = self.settings.tick_interval_seconds
-        due = {task.partition for task in tasks if now - task.last_tick >= interval}
-        barriers = await self._barriers(consumer, tasks, by_partition, due)
+        # a tick due now takes a fence: both inputs' committed ends, read below (after `now`)
+        due = {
+            task.partition
+            for task in tasks
+            if task.tick_fence is None and now - task.last_tick >= interval
+        }
+        ends = await self._committed_ends(consumer, tasks, by_partition, due)
         for task in tasks:
             records = by_partition.pop(task.partition, {})
-            barrier = barriers.get(task.partition)
+            barrier = ends.get(task.control_tp)
             if "fragments" in records and barrier is None:
                 self._drop(consumer, task, records)  # no barrier, no fragments: retry them
                 records = {}
-            # expire only when caught up (a backlog may hold what a buffer awaits), and with
-            # control's end read now: the binding wait ends only once control is applied to it
-            tick = task.partition in due and barrier is not None
-            if tick:
-                ends = {tp: _end_offset(consumer, tp) for tp in task.tps}
-                tick = task.caught_up(ends, records)
-            if not records and not tick and not task.assembler.holds_for_control:
+            if task.partition in due and all(tp in ends for tp in task.tps):
+                task.tick_fence = TickFence(now, {tp: ends[tp] for tp in task.tps})
+            # expire only once both inputs are applied up to the fence: a backlog, or records
+            # written since the last fetch, may hold what a buffer awaits
+            fence = task.tick_fence
+            tick = fence if fence is not None and task.caught_up(fence.ends, records) else None
+            if not records and tick is None and not task.assembler.holds_for_control:
                 continue
             position = await _position(consumer, task.control_tp)
-            step = task.build(
-                records,
-                now,
-                tick=tick,
-                barrier=barrier,
-                control_position=position,
-                control_end=barrier if tick else None,
-            )
+            step = task.build(records, now, tick=tick, barrier=barrier, control_position=position)
             if step.held_from is not None and barrier is not None:
                 self._pause_fragments(consumer, task, step.held_from, barrier)
             if not step.plan.empty:
@@ -396,38 +394,45 @@ class Worker:
             if task.fragments_tp in paused and task.state is TaskState.READY:
                 consumer.resume(task.fragments_tp)
 
-    async def _barriers(
+    async def _committed_ends(
         self,
         consumer: AIOKafkaConsumer,
         tasks: Sequence[PartitionTask],
         by_partition: Mapping[int, Mapping[str, Sequence[ConsumerRecord]]],
         ticking: Set[int] = frozenset(),
-    ) -> dict[int, int]:
-        """Control's committed end offset per partition whose batch holds fragments, or whose
-        tick is due (``ticking``).
+    ) -> dict[TopicPartition, int]:
+        """Committed end offsets read now, in one request: control's of each partition whose
+        batch holds fragments (the barrier), and both inputs' of each partition whose tick is
+        due (``ticking``: the tick's fence, :class:`~processor.runtime.partition.TickFence`).
 
-        Read after the batch was fetched, so it covers every control record committed before
-        any of those fragments was written (the causal rule: see :mod:`.partition`), and every
-        ``turn.started`` committed before the tick's time (the binding wait: see
+        Read after the batch was fetched, so the barrier covers every control record committed
+        before any of those fragments was written (the causal rule: see :mod:`.partition`), and
+        the fence every record written before the tick's time (each wait the tick ends: see
         ``Assembler.tick``). Empty on failure: the caller then re-reads those fragments later,
-        and skips the tick, rather than run without it.
+        and takes no fence, rather than run without them.
         """
-        wanted = {
-            task.control_tp: task.partition
+        wanted = [
+            tp
             for task in tasks
-            if "fragments" in by_partition.get(task.partition, {}) or task.partition in ticking
-        }
+            for tp in (
+                task.tps
+                if task.partition in ticking
+                else (task.control_tp,)
+                if "fragments" in by_partition.get(task.partition, {})
+                else ()
+            )
+        ]
         if not wanted:
             return {}
         reader = self._offsets if self._offsets is not None else consumer
         try:
             ends = await asyncio.wait_for(
-                reader.end_offsets(list(wanted)), self.settings.request_timeout_ms / 1000
+                reader.end_offsets(wanted), self.settings.request_timeout_ms / 1000
             )
         except (KafkaError, TimeoutError) as exc:
             log.warning("control barrier unavailable; batch re-read", extra=fields(error=repr(exc)))
             return {}
-        return {wanted[tp]: int(end) for tp, end in ends.items() if tp in wanted}
+        return {tp: int(end) for tp, end in ends.items() if tp in wanted}
 
     def _drop(
         self, consumer: AIOKafkaConsumer, task: PartitionTask, records: Mapping[str, Any]
@@ -505,15 +510,6 @@ async def _position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | Non
         return int(await asyncio.wait_for(consumer.position(tp), 1.0))
     except Exception:  # not assigned any more, or being reset: try again next batch
         return None
-
-
-def _end_offset(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
-    """The last stable offset the fetcher has seen for ``tp`` (None before any fetch)."""
-    try:
-        end = consumer.last_stable_offset(tp)
-    except Exception:  # not assigned any more
-        return None
-    return end if isinstance(end, int) and end >= 0 else None
 
 
 def merge_fetched(

@@ -75,7 +75,7 @@ def test_worker_decision_and_dispatch_spans(spans: InMemorySpanExporter) -> None
         trace=TRACE,
     )
     ctrl = records_of("x.control", [turn_started("acme", "t1")], start_ms=1000)
-    step = task.build({"fragments": frags, "control": ctrl}, time.time(), tick=False)
+    step = task.build({"fragments": frags, "control": ctrl}, time.time())
 
     (decision,) = _named(spans, "assemble get_weather")
     assert decision.kind is SpanKind.INTERNAL

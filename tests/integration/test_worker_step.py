@@ -19,7 +19,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from processor.core.assembler import Assembler
 from processor.core.events import encode
 from processor.core.registry import Registry
-from processor.runtime.partition import PartitionTask
+from processor.runtime.partition import PartitionTask, TickFence
 from processor.settings import Settings
 from tests.integration.conftest import TOOLS_YAML, call_events, turn_cancelled, turn_started
 
@@ -61,7 +61,7 @@ def test_outputs_changelog_offsets_and_traceparent(task: PartitionTask) -> None:
         trace=TRACE,
     )
     ctrl = records_of("x.control", [turn_started("acme", "t1")], start_ms=1000)
-    step = task.build({"fragments": frags, "control": ctrl}, now, tick=False)
+    step = task.build({"fragments": frags, "control": ctrl}, now)
 
     topics = [o.topic for o in step.plan.outputs]
     assert "x.dispatch" in topics
@@ -83,7 +83,7 @@ def test_outputs_changelog_offsets_and_traceparent(task: PartitionTask) -> None:
 def test_records_below_the_expected_offset_are_skipped(task: PartitionTask) -> None:
     frags = records_of("x.fragments", call_events("acme", "t1", "c1", "{}"), start_ms=1000)
     task.expected[task.fragments_tp] = 2
-    step = task.build({"fragments": frags}, time.time(), tick=False)
+    step = task.build({"fragments": frags}, time.time())
     assert step.skipped == {"fragments": 2}
     assert step.consumed == {"fragments": len(frags) - 2}
 
@@ -98,7 +98,7 @@ def test_a_cancellation_stamped_before_the_terminal_event_wins(task: PartitionTa
             "x.control", 1, encode(turn_cancelled("acme", "t1")), ts_ms=1000 + 10 * len(events) - 15
         ),
     ]
-    step = task.build({"fragments": frags, "control": ctrl}, time.time(), tick=False)
+    step = task.build({"fragments": frags, "control": ctrl}, time.time())
     assert not [o for o in step.plan.outputs if o.topic == "x.dispatch"]
     assert ("cancelled", "user_stop") in step.terminal
 
@@ -109,7 +109,7 @@ def test_misplaced_and_undecodable_records_are_dead_letters(task: PartitionTask)
         record("x.fragments", 1, encode(turn_started("acme", "t1")), ts_ms=2),
     ]
     ctrl = [record("x.control", 0, encode(call_events("acme", "t1", "c", "{}")[0]), ts_ms=3)]
-    step = task.build({"fragments": frags, "control": ctrl}, time.time(), tick=False)
+    step = task.build({"fragments": frags, "control": ctrl}, time.time())
     assert sorted(step.deadletters) == ["undecodable", "wrong_topic", "wrong_topic"]
     dead = [o for o in step.plan.outputs if o.topic == "x.deadletter"]
     assert sorted(o.key for o in dead) == [b"x.control/2/0", b"x.fragments/2/0", b"x.fragments/2/1"]
@@ -168,10 +168,28 @@ def test_a_late_tick_never_overtakes_the_backlog(task: PartitionTask) -> None:
     frags = records_of("x.fragments", events, start_ms=2000)
     ctrl = records_of("x.control", [turn_started("acme", "t1")], start_ms=1000)
     now = time.time()
-    task.build({"fragments": frags[:-1], "control": ctrl}, now, tick=False)
+    task.build({"fragments": frags[:-1], "control": ctrl}, now)
     much_later = now + 10 * task.assembler.limits.idle_timeout_seconds
-    step = task.build({"fragments": frags[-1:]}, much_later, tick=True)
+    step = task.build({"fragments": frags[-1:]}, much_later, tick=TickFence(much_later, {}))
     assert [o.topic for o in step.plan.outputs].count("x.dispatch") == 1
+
+
+def test_a_tick_judges_by_its_fence_time_not_by_when_it_runs(task: PartitionTask) -> None:
+    """The fence was read at ``at``; the tick runs later, once the fence is applied. A call whose
+    idle time had not run out at ``at`` stays open, however late the tick runs."""
+    events = call_events("acme", "t1", "c1", '{"city": "Oslo"}')
+    frags = records_of("x.fragments", events[:3], start_ms=2000)  # no end: it stays open
+    ctrl = records_of("x.control", [turn_started("acme", "t1")], start_ms=1000)
+    now = time.time()
+    idle = task.assembler.limits.idle_timeout_seconds
+    task.build({"fragments": frags, "control": ctrl}, now)
+    much_later = now + 10 * idle
+    early = task.build({}, much_later, tick=TickFence(now + idle / 2, {}))
+    assert [o.topic for o in early.plan.outputs] == []
+    assert task.tick_fence is None and task.last_tick == much_later
+    late = task.build({}, much_later, tick=TickFence(now + idle + 1, {}))
+    ledger = [orjson.loads(o.value) for o in late.plan.outputs if o.topic == "x.ledger"]
+    assert [(r["state"], r["terminal_reason"]) for r in ledger] == [("failed", "idle_timeout")]
 
 
 def test_caught_up_only_when_both_inputs_reach_their_end(task: PartitionTask) -> None:
@@ -195,7 +213,7 @@ def test_turn_scoped_records_off_their_partition_are_dead_lettered(task: Partiti
     away = next(t for t in turns if partition_for(f"acme/{t}".encode(), 6) != 2)
     ok = records_of("x.control", [turn_started("acme", home)], start_ms=1000)
     bad = [record("x.control", 1, encode(turn_cancelled("acme", away)), ts_ms=1001)]
-    step = task.build({"control": ok + bad}, time.time(), tick=False)
+    step = task.build({"control": ok + bad}, time.time())
     dead = [orjson.loads(o.value) for o in step.plan.outputs if o.topic == "x.deadletter"]
     assert [(d["reason"], d["offset"]) for d in dead] == [("misrouted", 1)]
     assert "hashes to partition" in dead[0]["detail"]

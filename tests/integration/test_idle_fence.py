@@ -1,0 +1,69 @@
+"""The idle wait on a real broker: a call whose next fragment is in ``fragments`` before its idle
+time runs out is not expired, however late the worker gets to read it.
+
+The binding wait had this hole first (tests/integration/test_binding_wait.py): the worker
+judged itself caught up by the end offsets of its last fetch response, which say nothing of the
+records written since. The idle (and response, and confirmation) waits kept it (issue 31): a
+worker paused, or starved of CPU, between two fetches expired an idle call whose next fragments
+were already in the log. Every tick now takes a fence, both inputs' committed ends read at its
+time, and runs only once they are applied (``processor.runtime.partition.TickFence``). Here the
+worker is stopped (SIGSTOP, within its session) after its last fetch answered, the rest of the
+call is written, and the worker resumes after the idle time ran out: the call dispatches, and a
+call abandoned beside it still fails ``idle_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from tests.integration.conftest import Runtime, call_events, turn_started, wait_until
+
+pytestmark = pytest.mark.integration
+
+IDLE_S = 3.0
+
+
+async def test_a_fragment_written_before_the_idle_time_ran_out_is_read_before_any_expiry(
+    runtime: Runtime,
+) -> None:
+    worker = runtime.start_worker(
+        "w1",
+        PROCESSOR_LIMITS__IDLE_TIMEOUT_SECONDS=str(IDLE_S),
+        PROCESSOR_TICK_INTERVAL_SECONDS="0.2",
+        PROCESSOR_SESSION_TIMEOUT_MS="15000",  # the pause below stays within the session
+    )
+    await worker.wait_ready()
+    await runtime.control(turn_started("acme", "slow-turn"))
+    await runtime.control(turn_started("acme", "abandoned-turn"))
+    slow = call_events("acme", "slow-turn", "call_0", '{"city": "Kyiv"}')
+    abandoned = call_events("acme", "abandoned-turn", "call_0", '{"city": "Oslo"}')
+    # each call's start and first deltas; the rest of the slow one comes while the worker sleeps
+    await runtime.publish(slow[:3] + abandoned[:3])
+    await wait_until(runtime.caught_up, timeout=30, what="the first fragments read and committed")
+
+    os.kill(worker.proc.pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(0.5)  # the worker's pending fetch is answered: nothing new
+        await runtime.publish(slow[3:])  # in the log, acknowledged, within the idle time
+        await asyncio.sleep(IDLE_S + 2.0)  # the idle time runs out while the worker sleeps
+    finally:
+        os.kill(worker.proc.pid, signal.SIGCONT)
+
+    async def decided() -> dict[str, list[tuple[str, str]]] | None:
+        ledger: dict[str, list[tuple[str, str]]] = {}
+        for r in await runtime.read("ledger"):
+            ledger.setdefault(r["turn_id"], []).append((r["state"], r["terminal_reason"]))
+        return ledger if len(ledger) == 2 else None
+
+    ledger = await wait_until(decided, timeout=30, what="both calls' ledger entries")
+    assert ledger["slow-turn"] == [("dispatched", "dispatched")]
+    # idle expiry still works: the abandoned call fails once its idle time ran out in the log
+    assert ledger["abandoned-turn"] == [("failed", "idle_timeout")]
+    assert [d["turn_id"] for d in await runtime.dispatches()] == ["slow-turn"]
+    assert worker.proc.poll() is None
+    revoked = [r for r in worker.log_records() if r.get("msg") == "partitions revoked"]
+    assert not any(r.get("partitions") for r in revoked), "the pause cost the worker its session"
