@@ -231,6 +231,7 @@ class PartitionTask:
         # a logged cause and is tried again with a new producer and fresh lookups.
         limit = 2 * s.request_timeout_ms / 1000
         producer: AIOKafkaProducer | None = None
+        phase = "reading the previous transaction's state"  # named by a timeout: its diagnosis
         try:
             async with asyncio.timeout(limit):
                 # how the coordinator left this id's last transaction, before InitProducerId
@@ -245,7 +246,9 @@ class PartitionTask:
                         s, client_id=f"{s.client_id}-txn-{self.partition}"
                     ),
                 )
+                phase = "InitProducerId"
                 await producer.start()  # InitProducerId: fences older producers of this id
+                phase = "ending hanging transactions"
                 await self._end_hanging(producer, previous)  # before it writes anything
         except BaseException as exc:
             if producer is not None:
@@ -253,7 +256,7 @@ class PartitionTask:
                     await asyncio.wait_for(producer.stop(), 5)
             if isinstance(exc, TimeoutError):
                 raise KafkaTimeoutError(
-                    f"fencing partition {self.partition} took over {limit:.0f} s"
+                    f"fencing partition {self.partition} took over {limit:.0f} s ({phase})"
                 ) from None
             raise
         self.producer = producer
