@@ -84,6 +84,7 @@ class Verdict:
     proposals_missing: int = 0
     duplicate_dispatch_ids: int = 0
     details: list[dict[str, Any]] = field(default_factory=list)  # forensics of each duplicate
+    status_details: list[dict[str, Any]] = field(default_factory=list)  # and of each mismatch
     indeterminate: int = 0
     ledger_reasons: dict[str, int] = field(default_factory=dict)
     recovery: list[dict[str, Any]] = field(default_factory=list)
@@ -140,6 +141,7 @@ class Verdict:
                 "status_mismatch": self.status_mismatch[:5],
             },
             "duplicate_details": self.details[:5],
+            "status_details": self.status_details[:5],
         }
 
 
@@ -252,6 +254,22 @@ def judge(
         want = _USER_STATE.get(ledger_state.get(k, "none"), "none")
         if told.get(k, {"none"}) != {want}:
             v.status_mismatch.append((k, ledger_state.get(k, "none"), sorted(told.get(k, set()))))
+    for k, _, _ in v.status_mismatch[:5]:  # where each record is, to find it in the log
+        v.status_details.append(
+            {
+                "call": k,
+                "status": [
+                    (p, round(t, 3), r.get("_offset"), r.get("state"), r.get("status_id"))
+                    for p, t, r in status
+                    if key(r) == k
+                ],
+                "ledger": [
+                    (p, round(t, 3), r.get("_offset"), r.get("state"), r.get("terminal_reason"))
+                    for p, t, r in ledger
+                    if key(r) == k
+                ],
+            }
+        )
     for k in v.duplicated[:5]:
         v.details.append(
             {

@@ -178,6 +178,9 @@ def test_each_planted_defect_is_reported(defect: str) -> None:
     assert summary[field] >= 1, summary
     if defect not in ("ledger_without_dispatch", "dispatch_without_ledger"):
         assert summary[field] == 1, summary
+    if defect == "status":  # the report says where the records are, to find them in the log
+        (detail,) = summary["status_details"]
+        assert detail["call"] == never and "dispatched" in [s[3] for s in detail["status"]]
 
 
 def test_a_duplicate_dispatch_id_is_counted_on_the_topic() -> None:
