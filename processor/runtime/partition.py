@@ -618,15 +618,20 @@ class PartitionTask:
         self,
         end_offsets: Mapping[TopicPartition, int | None],
         fed: Mapping[str, Sequence[ConsumerRecord]],
+        positions: Mapping[TopicPartition, int | None] | None = None,
     ) -> bool:
         """Whether both inputs are read up to ``end_offsets`` once ``fed`` is applied (for the
-        tick: ``end_offsets`` are its fence's)."""
+        tick: ``end_offsets`` are its fence's). ``positions``, the consumer's, count too: past
+        the last record it also steps over transaction markers, which hold an offset each, so
+        an input written by a transactional producer still reaches its end (the last record's
+        offset + 1 stops one short of it, for ever)."""
         for tp in self.tps:
             end = end_offsets.get(tp)
             if end is None:
                 return False
             records = fed.get(self.roles[tp.topic])
             position = records[-1].offset + 1 if records else self.expected.get(tp, 0)
+            position = max(position, (positions or {}).get(tp) or 0)
             if position < end:
                 return False
         return True

@@ -339,8 +339,10 @@ class Worker:
                 task.tick_fence = TickFence(now, {tp: ends[tp] for tp in task.tps})
             # expire only once both inputs are applied up to the fence: a backlog, or records
             # written since the last fetch, may hold what a buffer awaits
-            fence = task.tick_fence
-            tick = fence if fence is not None and task.caught_up(fence.ends, records) else None
+            fence, tick = task.tick_fence, None
+            if fence is not None:
+                positions = {tp: await _position(consumer, tp) for tp in task.tps}
+                tick = fence if task.caught_up(fence.ends, records, positions) else None
             if not records and tick is None and not task.assembler.holds_for_control:
                 continue
             position = await _position(consumer, task.control_tp)

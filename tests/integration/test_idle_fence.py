@@ -19,7 +19,9 @@ import os
 import signal
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
+from processor.core.events import encode, turn_key
 from tests.integration.conftest import Runtime, call_events, turn_started, wait_until
 
 pytestmark = pytest.mark.integration
@@ -67,3 +69,35 @@ async def test_a_fragment_written_before_the_idle_time_ran_out_is_read_before_an
     assert worker.proc.poll() is None
     revoked = [r for r in worker.log_records() if r.get("msg") == "partitions revoked"]
     assert not any(r.get("partitions") for r in revoked), "the pause cost the worker its session"
+
+
+@pytest.mark.partitions(1)
+async def test_an_input_written_in_transactions_still_reaches_its_end(runtime: Runtime) -> None:
+    """A transactional producer writes control (a gateway with exactly-once of its own): each
+    commit marker holds an offset, so the end offset lies one past the last record. The tick's
+    fence is reached through the consumer's position, which steps over the marker; judged by
+    the last record's offset, the partition never caught up and nothing ever expired."""
+    worker = runtime.start_worker("w1", PROCESSOR_LIMITS__BINDING_WAIT_SECONDS="2")
+    await worker.wait_ready()
+    await runtime.publish(call_events("acme", "unbound-turn", "call_0", '{"city": "Oslo"}'))
+    producer = AIOKafkaProducer(
+        transactional_id=f"{runtime.settings.topic_prefix}gateway",
+        **runtime.settings.kafka_client_kwargs(),
+    )
+    await producer.start()
+    try:
+        async with producer.transaction():  # control's last offset is now a commit marker
+            key = turn_key("acme", "other-turn").encode()
+            event = encode(turn_started("acme", "other-turn"))
+            await producer.send_and_wait(runtime.topics.control, event, key=key)
+    finally:
+        await producer.stop()
+
+    async def decided() -> list[tuple[str, str]] | None:
+        ledger = [(r["state"], r["terminal_reason"]) for r in await runtime.read("ledger")]
+        return ledger or None
+
+    assert await wait_until(decided, timeout=30, what="the unbound call's end") == [
+        ("failed", "permission_denied")
+    ]
+    assert await runtime.dispatches() == []
