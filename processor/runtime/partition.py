@@ -475,12 +475,16 @@ class PartitionTask:
         tick: TickFence | None = None,
         barrier: int | None = None,
         control_position: int | None = None,
+        fragments_position: int | None = None,
     ) -> Step:
         """Feed one batch (topic role → records), then the optional tick, to the Assembler.
 
         ``barrier`` is control's committed end offset read after this batch was fetched (needed
         when the batch holds fragments); ``control_position`` the consumer's position on
-        control once the batch's control records are handed over (see the module docstring).
+        control once the batch's control records are handed over (see the module docstring),
+        and ``fragments_position`` the same on fragments: past the batch's last record, a
+        position has stepped over transaction markers only (of a transactional writer), which
+        the step's offsets then pass too, so the committed offset and the lag reach the end.
         The tick comes after the records, at ``tick.at`` (not ``now``), and the caller asks for
         it only once both inputs are applied up to the end offsets ``tick.ends`` read at or after
         ``tick.at`` (:meth:`caught_up`): expiry must never overtake a record written before the
@@ -523,6 +527,14 @@ class PartitionTask:
         if control_position is not None:
             for out in self.assembler.advance_control(control_position, now):
                 self._emit(step, out, None, now)
+        passed: list[tuple[TopicPartition, int | None]] = [(self.control_tp, control_position)]
+        if step.held_from is None:  # else fragments are read again from there
+            passed.append((self.fragments_tp, fragments_position))
+        for tp, position in passed:
+            if position is not None and position > step.plan.offsets.get(
+                tp, self.expected.get(tp, 0)
+            ):
+                step.plan.offsets[tp] = position
         if tick is not None and step.held_from is None:  # held fragments may hold what a
             # buffer awaits
             self.last_tick = now
@@ -613,6 +625,14 @@ class PartitionTask:
             step.deadletters.append(out.reason)
         elif isinstance(out, Audit):
             step.commands.append((out.command_type, out.outcome.value, out.rejection or "none"))
+
+    def passed_markers(self, positions: Mapping[TopicPartition, int | None]) -> bool:
+        """Whether the consumer stepped past offsets with no record to apply (transaction
+        markers) beyond ``expected``: a step then commits the new offsets alone."""
+        return any(
+            (position := positions.get(tp)) is not None and position > self.expected.get(tp, 0)
+            for tp in self.tps
+        )
 
     def caught_up(
         self,

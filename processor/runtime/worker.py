@@ -339,14 +339,24 @@ class Worker:
                 task.tick_fence = TickFence(now, {tp: ends[tp] for tp in task.tps})
             # expire only once both inputs are applied up to the fence: a backlog, or records
             # written since the last fetch, may hold what a buffer awaits
-            fence, tick = task.tick_fence, None
-            if fence is not None:
-                positions = {tp: await _position(consumer, tp) for tp in task.tps}
-                tick = fence if task.caught_up(fence.ends, records, positions) else None
-            if not records and tick is None and not task.assembler.holds_for_control:
+            positions = {tp: await _position(consumer, tp) for tp in task.tps}
+            fence = task.tick_fence
+            tick = fence if fence and task.caught_up(fence.ends, records, positions) else None
+            if (
+                not records
+                and tick is None
+                and not task.assembler.holds_for_control
+                and not task.passed_markers(positions)
+            ):
                 continue
-            position = await _position(consumer, task.control_tp)
-            step = task.build(records, now, tick=tick, barrier=barrier, control_position=position)
+            step = task.build(
+                records,
+                now,
+                tick=tick,
+                barrier=barrier,
+                control_position=positions[task.control_tp],
+                fragments_position=positions[task.fragments_tp],
+            )
             if step.held_from is not None and barrier is not None:
                 self._pause_fragments(consumer, task, step.held_from, barrier)
             if not step.plan.empty:

@@ -192,6 +192,22 @@ def test_a_tick_judges_by_its_fence_time_not_by_when_it_runs(task: PartitionTask
     assert [(r["state"], r["terminal_reason"]) for r in ledger] == [("failed", "idle_timeout")]
 
 
+def test_a_position_past_transaction_markers_is_committed(task: PartitionTask) -> None:
+    """Past the last record, the consumer's position has stepped over markers only: the step
+    commits it, alone if nothing else came, and the marker counts toward being caught up."""
+    ctrl = records_of("x.control", [turn_started("acme", "t1")], start_ms=1000)
+    step = task.build({"control": ctrl}, time.time(), control_position=2)  # record, marker
+    assert step.plan.offsets == {task.control_tp: 2}
+    task.expected.update(step.plan.offsets)
+    positions = {task.control_tp: 2, task.fragments_tp: 3}
+    assert task.passed_markers(positions)
+    assert task.caught_up({task.control_tp: 2, task.fragments_tp: 3}, {}, positions)
+    assert not task.caught_up({task.control_tp: 2, task.fragments_tp: 3}, {})
+    step = task.build({}, time.time(), control_position=2, fragments_position=3)
+    assert step.plan.offsets == {task.fragments_tp: 3} and step.plan.outputs == []
+    assert not task.passed_markers({task.control_tp: 2, task.fragments_tp: 0})
+
+
 def test_caught_up_only_when_both_inputs_reach_their_end(task: PartitionTask) -> None:
     frags = records_of("x.fragments", call_events("acme", "t1", "c1", "{}"), start_ms=2000)
     n = len(frags)
