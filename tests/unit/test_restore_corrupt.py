@@ -145,7 +145,8 @@ def test_records_changed_behind_the_store_s_back_do_not_match_its_tally(
     elif tamper == "add":
         db.put(b"turn:zzz", b"{}")
     else:
-        db.put(key, records[key.decode()][:-1] + b"0")
+        value = records[key.decode()]
+        db.put(key, value[:-1] + (b"1" if value.endswith(b"0") else b"0"))  # a changed value
     db.close()
     result = _read_whole(path)
     assert isinstance(result, str) and "tally" in result
