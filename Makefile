@@ -39,7 +39,7 @@ down: $(STAMP)
 test: $(STAMP) lint tools
 	@export KAFKA_BOOTSTRAP_SERVERS="$${KAFKA_BOOTSTRAP_SERVERS:-$$(scripts/kafka-local start | tail -n 1)}"; \
 	echo "Kafka at $$KAFKA_BOOTSTRAP_SERVERS"; \
-	$(BIN)/python -m pytest -p no:cacheprovider -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -p no:cacheprovider -q --durations=25 $(PYTEST_ARGS)
 
 ## Build tools the tests need that PyPI does not ship (helm); skipped when already built.
 tools: $(HELM_STAMP)
