@@ -125,21 +125,19 @@ class Claims(Running):
         try:
             refusal = await self._fence(dispatch, requirements)
         except _Stopping:
-            await self._after_claim(
-                self._refuse(owned, dispatch, headers, "executor_stopped", where=where, claim=claim)
+            await self._refuse(
+                owned, dispatch, headers, "executor_stopped", where=where, claim=claim
             )
             raise
         if refusal is not None:
-            await self._after_claim(
-                self._refuse(
-                    owned,
-                    dispatch,
-                    headers,
-                    refusal.code.value,
-                    where=where,
-                    refusal=refusal,
-                    claim=claim,
-                )
+            await self._refuse(
+                owned,
+                dispatch,
+                headers,
+                refusal.code.value,
+                where=where,
+                refusal=refusal,
+                claim=claim,
             )
             return
         await self._execute(owned, dispatch, headers, registration, claim)
@@ -162,7 +160,9 @@ class Claims(Running):
         claim: ExecutionEntry | None = None,
     ) -> None:
         """Record that a call is not run: ledger entry, result, user status and the offset past
-        its record (``where`` = dispatch partition and offset), in one transaction."""
+        its record (``where`` = dispatch partition and offset), in one transaction; after a
+        ``claim``, whose transaction took the offset, as the end of a claimed call
+        (``_after_claim``)."""
         now = self._clock()
         view = _REFUSAL_VIEW.get(code, _DEFAULT_REFUSAL_VIEW)
         retry = view[1]
@@ -195,7 +195,10 @@ class Claims(Running):
             self._result_out(result, headers),
             self._status_out(dispatch.key, dispatch.tool, view, code, headers),
         ]
-        await self._transact(owned, outputs, where[1] + 1)
+        if claim is None:
+            await self._transact(owned, outputs, where[1] + 1)
+        else:  # the claim's transaction took the offset; if this one fails, it is kept
+            await self._after_claim(owned, dispatch.dispatch_id, outputs)
         owned.entries[dispatch.dispatch_id] = entry
         self._count(dispatch.tool, ExecutionOutcome.REFUSED, code)
         log.info(

@@ -2,7 +2,8 @@
 
 Owns ``__init__`` (settings, handlers, the control barrier, the consumer, the owned partitions,
 the lock and stop flags), :class:`ExecutorStats`, the per-partition record :class:`_Owned`, the
-internal signals (:class:`_Fenced`, :class:`_TransactionFailed`, :class:`_Stopping`), the fence
+internal signals (:class:`_Fenced`, :class:`_EndsUnrecorded`, :class:`_TransactionFailed`,
+:class:`_Stopping`), the fence
 factory the barrier uses (``_new_fence``), outcome counting and the periodic forgetting of old
 control state.
 
@@ -74,6 +75,16 @@ class _TransactionFailed(Exception):
     """A transaction kept failing; the record in hand must be fetched and decided again."""
 
 
+class _EndsUnrecorded(_Fenced):
+    """The end of a claimed call could not be written for several rounds: the partition is
+    given up and taken again, as after a fence; the take reports the call ``unknown`` from its
+    claim."""
+
+
+_Out = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
+"""One record to write: topic, key, value, partition (None: by key), headers."""
+
+
 _T = TypeVar("_T")
 
 
@@ -102,6 +113,12 @@ class _Owned:
     lost: bool = False  # its producer was fenced (client._lose)
     discarded: bool = False  # its producer was dropped after a failed transaction: make a new one
     resume_at: int | None = None  # once lost: the record in hand, fetched again after a retake
+    # the ends of claimed calls (dispatch id → records) whose transaction failed: written before
+    # anything else of the partition (Transactions._write_unended); failed rounds since the last
+    # success, and when the loop may try again with no record fetched
+    unended: dict[str, list[_Out]] = field(default_factory=dict)
+    unended_failures: int = 0
+    unended_retry_at: float = 0.0
 
 
 class ClientState:

@@ -145,7 +145,7 @@ class Running(Fencing):
                 reason=reason,
             ),
         )
-        await self._after_claim(self._transact(owned, outputs, None))
+        await self._after_claim(owned, dispatch.dispatch_id, outputs)
         if interrupted:
             raise asyncio.CancelledError
 

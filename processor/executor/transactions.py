@@ -4,7 +4,8 @@ Owns the transactional producer of an owned dispatch partition (``_new_producer`
 previous owner, end its hanging transactions), the output records (ledger entry, result, user
 status) and ``_transact``: the outputs and the offset past the record in ONE transaction, retried
 with a new producer on transient errors, :class:`_Fenced` when another executor owns the
-partition. ``_after_claim`` records the end of a claimed call.
+partition. ``_after_claim`` records the end of a claimed call, keeping it to be written before
+anything else of the partition when it cannot be written yet (``_write_unended``).
 
 Must not decide what to write, nor consume, nor run handlers.
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from typing import Final
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -23,7 +23,14 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
 from processor.core.events import CallKey, Status, UserState, encode, stable_id
-from processor.executor.executor_state import ClientState, _Fenced, _Owned, _TransactionFailed
+from processor.executor.executor_state import (
+    ClientState,
+    _EndsUnrecorded,
+    _Fenced,
+    _Out,
+    _Owned,
+    _TransactionFailed,
+)
 from processor.executor.records import ExecutionEntry, ExecutionResult, entry_key
 from processor.observability.logging import fields
 from processor.runtime import hanging
@@ -34,9 +41,7 @@ __all__ = ["Transactions"]
 log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
 
 _TXN_ATTEMPTS: Final = 5
-
-_Out = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
-"""One record to write: topic, key, value, partition (None: by key), headers."""
+_UNENDED_ROUNDS: Final = 3  # failed rounds of a claimed call's end before the partition is retaken
 
 
 class Transactions(ClientState):
@@ -112,7 +117,11 @@ class Transactions(ClientState):
         return (self.topics.status, _turn_key(key), encode(status), None, headers)
 
     async def _flush_offsets(self, owned: _Owned) -> None:
-        if owned.pending_offset is not None and not owned.lost:
+        if owned.lost:
+            return
+        if owned.unended:
+            await self._write_unended(owned)
+        if owned.pending_offset is not None:
             await self._transact(owned, [], owned.pending_offset)
 
     async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
@@ -195,13 +204,45 @@ class Transactions(ClientState):
             raise
         await producer.commit_transaction()
 
-    async def _after_claim(self, write: Awaitable[None]) -> None:
-        """Record the end of a claimed call; if that cannot be written, the claim stays and the
-        next owner of the partition reports the call ``unknown`` (it is never run again)."""
+    async def _after_claim(self, owned: _Owned, dispatch_id: str, outputs: list[_Out]) -> None:
+        """Record the end of a claimed call (the claim's transaction took its offset).
+
+        If that cannot be written now, the records are kept and written before anything else
+        of the partition (:meth:`_write_unended`): the next record waits for them, and the loop
+        tries again meanwhile. The claim stays in the ledger until then, so an owner after this
+        one reports the call ``unknown`` from it (it is never run again). Without this, a member
+        that kept the partition (no rebalance after a whole-cluster restart) left the claim open
+        and the call unreported for good (chaos seed 4 on three brokers)."""
         try:
-            await write
+            await self._transact(owned, outputs, None)
         except _TransactionFailed:
-            log.error("could not record the end of a claimed call; it will be reported unknown")
+            owned.unended[dispatch_id] = outputs
+            log.error(
+                "could not record the end of a claimed call yet; it is written before anything "
+                "else of its partition",
+                extra=fields(partition=owned.partition, dispatch_id=dispatch_id),
+            )
+
+    async def _write_unended(self, owned: _Owned) -> None:
+        """Write the kept ends of claimed calls, oldest first. Raises as :meth:`_transact`; a
+        round that fails for the ``_UNENDED_ROUNDS``-th time in a row raises
+        :class:`_EndsUnrecorded` instead (a fence's handling: the partition is taken again, and
+        the take reports those calls ``unknown`` from their claims), so that an end that can
+        never be written holds its partition for a bounded time only."""
+        for dispatch_id, outputs in list(owned.unended.items()):
+            try:
+                await self._transact(owned, outputs, None)
+            except _TransactionFailed:
+                owned.unended_failures += 1
+                if owned.unended_failures >= _UNENDED_ROUNDS:
+                    raise _EndsUnrecorded from None
+                raise
+            del owned.unended[dispatch_id]
+            owned.unended_failures = 0
+            log.info(
+                "end of a claimed call recorded",
+                extra=fields(partition=owned.partition, dispatch_id=dispatch_id),
+            )
 
 
 def _turn_key(key: CallKey) -> bytes:

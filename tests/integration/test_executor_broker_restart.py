@@ -20,6 +20,13 @@ Both ways in are driven here on a real broker, with one member and no rebalance:
   executor must take the partition again (after one session timeout, when no rebalance said
   another member owns it) and report every call.
 
+A third way in, found by chaos seed 4 on three brokers: the whole cluster goes while a handler
+runs, so the call's end (its outcome, after the claim) cannot be written, and the member keeps
+the partition (no rebalance follows). The end was dropped with "it will be reported unknown" by a
+next owner that never came: the claim stayed open and the call unreported for good. It is now
+kept and written before anything else of the partition, also with no record arriving; an end that
+cannot be written for several rounds gives the partition up, and the take reports it ``unknown``.
+
 And whatever wait may still hang: a loop that makes no progress for
 ``executor_stall_timeout_seconds`` ends with one error line and :class:`ExecutorStalled`
 (``processor executor run`` exits 1), never alive and silent.
@@ -33,9 +40,10 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaTimeoutError
 
 from processor.executor.client import ExecutorClient, ExecutorStalled
-from tests.integration.conftest import Runtime, turn_started
+from tests.integration.conftest import Runtime, turn_started, wait_until
 from tests.integration.test_executor_fence import (
     Executor,
     Recorder,
@@ -130,6 +138,78 @@ async def test_a_fence_without_a_rebalance_is_taken_back(runtime: Runtime) -> No
         for r in await results(runtime.settings):
             recorded.setdefault(r.dispatch_id, []).append(r.outcome.value)
         assert all(v == ["succeeded"] for v in recorded.values()), recorded
+    finally:
+        await executor.stop()
+
+
+class _OutcomesFail(ExecutorClient):
+    """Transactions that write a ``succeeded`` result fail while ``failing`` is set (what a
+    broker outage does to them; the broker itself stays up for the rest)."""
+
+    failing = True
+
+    async def _one_transaction(
+        self, owned: Any, producer: Any, outputs: list[Any], offset: int | None
+    ) -> None:
+        if self.failing and any(
+            topic == self.topics.results and b'"outcome":"succeeded"' in value
+            for topic, _key, value, _partition, _headers in outputs
+        ):
+            raise KafkaTimeoutError("injected: the cluster is gone")
+        await super()._one_transaction(owned, producer, outputs, offset)
+
+
+async def _outcomes(runtime: Runtime) -> dict[str, list[tuple[str, str | None]]]:
+    recorded: dict[str, list[tuple[str, str | None]]] = {}
+    for r in await results(runtime.settings):
+        recorded.setdefault(r.dispatch_id, []).append((r.outcome.value, r.reason))
+    return recorded
+
+
+async def test_an_end_that_could_not_be_written_is_written_later_without_a_rebalance(
+    runtime: Runtime,
+) -> None:
+    recorder = Recorder()
+    executor = Executor(
+        runtime.settings, recorder.handlers, group=group_of(runtime), client_cls=_OutcomesFail
+    )
+    await executor.start()
+    try:
+        [claimed] = await _send(runtime, 1)
+
+        async def kept() -> bool:
+            return any(o.unended for o in executor.client._owned.values())
+
+        await wait_until(kept, timeout=60, what="the end kept after its transaction failed")
+        assert recorder.dispatch_ids == [claimed]  # the handler ran; its end is unwritten
+        executor.client.failing = False  # type: ignore[attr-defined]  # the cluster is back
+        missing = await _reported(runtime, {claimed}, executor)  # no new record comes
+        assert not missing, "the kept end was never written"
+        assert (await _outcomes(runtime))[claimed] == [("succeeded", None)]
+        assert executor.client.owned_partitions() == [0]
+        later = await _send(runtime, 2, start=1)
+        assert not await _reported(runtime, later, executor)
+        assert len(recorder.dispatch_ids) == 3  # each ran once
+    finally:
+        await executor.stop()
+
+
+async def test_an_end_that_can_never_be_written_gives_the_partition_up_and_is_unknown(
+    runtime: Runtime,
+) -> None:
+    recorder = Recorder()
+    executor = Executor(
+        runtime.settings, recorder.handlers, group=group_of(runtime), client_cls=_OutcomesFail
+    )
+    await executor.start()
+    try:
+        [claimed] = await _send(runtime, 1)
+        missing = await _reported(runtime, {claimed}, executor)
+        assert not missing, "the claim stayed open and the call unreported"
+        # the partition was taken again (no rebalance), and the take reported it from its claim
+        assert (await _outcomes(runtime))[claimed] == [("unknown", "executor_interrupted")]
+        assert recorder.dispatch_ids == [claimed]  # run once, never again
+        assert executor.client.owned_partitions() == [0]
     finally:
         await executor.stop()
 
