@@ -52,7 +52,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Coroutine
 from typing import Any, Final
 
@@ -87,7 +86,6 @@ log = logging.getLogger(__name__)
 
 
 _RELEASE_SECONDS: Final = 10.0  # a released producer's flush (stop) at most; then discarded
-_UNENDED_RETRY_SECONDS: Final = 2.0  # a claimed call's end unwritten: tried again this often
 
 
 class _Abandoned(Exception):
@@ -279,7 +277,8 @@ class ExecutorClient(Claims):
                     for tp, records in batches.items():
                         if not await self._process_partition(consumer, tp, records):
                             return
-                    await self._retry_unended({tp.partition for tp in batches})
+                    for owned in self._unended_due({tp.partition for tp in batches}):
+                        await self._flush(owned)  # kept ends of claimed calls, none fetched
                 self._progress("polling")
                 self._maybe_forget()
         finally:
@@ -325,31 +324,17 @@ class ExecutorClient(Claims):
                 self._lose(owned, record.offset)
                 return True
         # on failure the records are in the ledger already; the offsets are committed later
+        await self._flush(owned)
+        return True
+
+    async def _flush(self, owned: _Owned) -> None:
+        """Kept ends of claimed calls and the pending offset; a fence loses the partition."""
         try:
             await self._flush_offsets(owned)
         except _Fenced:
             self._lose(owned, None)
         except _TransactionFailed:
             pass
-        return True
-
-    async def _retry_unended(self, fetched: set[int]) -> None:
-        """Write the kept ends of claimed calls of partitions that fetched nothing (a fetch
-        writes them before its first record), at most every ``_UNENDED_RETRY_SECONDS``."""
-        now = time.monotonic()
-        for owned in list(self._owned.values()):
-            if not owned.unended or owned.lost or owned.partition in fetched:
-                continue
-            if now < owned.unended_retry_at:
-                continue
-            owned.unended_retry_at = now + _UNENDED_RETRY_SECONDS
-            self._progress(f"dispatch partition {owned.partition}: a claimed call's end")
-            try:
-                await self._flush_offsets(owned)
-            except _Fenced:
-                self._lose(owned, None)
-            except _TransactionFailed:
-                pass
 
     # ------------------------------------------------------------------ rebalance
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Final
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -42,6 +43,7 @@ log = logging.getLogger("processor.executor.client")  # one logger for all the c
 
 _TXN_ATTEMPTS: Final = 5
 _UNENDED_ROUNDS: Final = 3  # failed rounds of a claimed call's end before the partition is retaken
+_UNENDED_RETRY_SECONDS: Final = 2.0  # a claimed call's end unwritten, no record: tried this often
 
 
 class Transactions(ClientState):
@@ -222,6 +224,21 @@ class Transactions(ClientState):
                 "else of its partition",
                 extra=fields(partition=owned.partition, dispatch_id=dispatch_id),
             )
+
+    def _unended_due(self, fetched: set[int]) -> list[_Owned]:
+        """Partitions whose kept ends of claimed calls are due another try: no record of theirs
+        was fetched (a fetch writes them before its first record), and the last try was
+        ``_UNENDED_RETRY_SECONDS`` ago or more."""
+        now = time.monotonic()
+        due = [
+            owned
+            for owned in self._owned.values()
+            if owned.unended and not owned.lost and owned.partition not in fetched
+            if now >= owned.unended_retry_at
+        ]
+        for owned in due:
+            owned.unended_retry_at = now + _UNENDED_RETRY_SECONDS
+        return due
 
     async def _write_unended(self, owned: _Owned) -> None:
         """Write the kept ends of claimed calls, oldest first. Raises as :meth:`_transact`; a

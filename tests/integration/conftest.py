@@ -378,6 +378,21 @@ class Runtime:
 
     # -- reading ---------------------------------------------------------------------------
 
+    async def ledger_by_turn(self, turns: int, timeout: float = 30) -> dict[str, list[Any]]:
+        """Each turn's ledger records as (state, terminal reason), once ``turns`` turns have
+        some (or fail after ``timeout``)."""
+
+        async def decided() -> dict[str, list[Any]] | None:
+            ledger: dict[str, list[Any]] = {}
+            for r in await self.read("ledger"):
+                ledger.setdefault(r["turn_id"], []).append((r["state"], r["terminal_reason"]))
+            return ledger if len(ledger) >= turns else None
+
+        found: dict[str, list[Any]] = await wait_until(
+            decided, timeout=timeout, what=f"ledger entries of {turns} turns"
+        )
+        return found
+
     async def read(self, role: str) -> list[dict[str, Any]]:
         """Every committed record of an output topic: value plus partition/offset/traceparent."""
         out = []

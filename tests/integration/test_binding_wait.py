@@ -48,13 +48,7 @@ async def test_a_binding_written_before_the_wait_ran_out_binds_a_worker_that_rea
     finally:
         os.kill(worker.proc.pid, signal.SIGCONT)
 
-    async def decided() -> dict[str, list[tuple[str, str]]] | None:
-        ledger: dict[str, list[tuple[str, str]]] = {}
-        for r in await runtime.read("ledger"):
-            ledger.setdefault(r["turn_id"], []).append((r["state"], r["terminal_reason"]))
-        return ledger if len(ledger) == 2 else None
-
-    ledger = await wait_until(decided, timeout=30, what="both calls' ledger entries")
+    ledger = await runtime.ledger_by_turn(2)
     assert ledger["late-turn"] == [("dispatched", "dispatched")]
     # the wait still ends once control is read to its end without the binding
     assert ledger["unbound-turn"] == [("failed", "permission_denied")]

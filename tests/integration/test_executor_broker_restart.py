@@ -166,13 +166,18 @@ async def _outcomes(runtime: Runtime) -> dict[str, list[tuple[str, str | None]]]
     return recorded
 
 
-async def test_an_end_that_could_not_be_written_is_written_later_without_a_rebalance(
-    runtime: Runtime,
-) -> None:
+def _failing_outcomes(runtime: Runtime) -> tuple[Recorder, Executor]:
     recorder = Recorder()
     executor = Executor(
         runtime.settings, recorder.handlers, group=group_of(runtime), client_cls=_OutcomesFail
     )
+    return recorder, executor
+
+
+async def test_an_end_that_could_not_be_written_is_written_later_without_a_rebalance(
+    runtime: Runtime,
+) -> None:
+    recorder, executor = _failing_outcomes(runtime)
     await executor.start()
     try:
         [claimed] = await _send(runtime, 1)
@@ -197,10 +202,7 @@ async def test_an_end_that_could_not_be_written_is_written_later_without_a_rebal
 async def test_an_end_that_can_never_be_written_gives_the_partition_up_and_is_unknown(
     runtime: Runtime,
 ) -> None:
-    recorder = Recorder()
-    executor = Executor(
-        runtime.settings, recorder.handlers, group=group_of(runtime), client_cls=_OutcomesFail
-    )
+    recorder, executor = _failing_outcomes(runtime)
     await executor.start()
     try:
         [claimed] = await _send(runtime, 1)

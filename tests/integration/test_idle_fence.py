@@ -55,13 +55,7 @@ async def test_a_fragment_written_before_the_idle_time_ran_out_is_read_before_an
     finally:
         os.kill(worker.proc.pid, signal.SIGCONT)
 
-    async def decided() -> dict[str, list[tuple[str, str]]] | None:
-        ledger: dict[str, list[tuple[str, str]]] = {}
-        for r in await runtime.read("ledger"):
-            ledger.setdefault(r["turn_id"], []).append((r["state"], r["terminal_reason"]))
-        return ledger if len(ledger) == 2 else None
-
-    ledger = await wait_until(decided, timeout=30, what="both calls' ledger entries")
+    ledger = await runtime.ledger_by_turn(2)
     assert ledger["slow-turn"] == [("dispatched", "dispatched")]
     # idle expiry still works: the abandoned call fails once its idle time ran out in the log
     assert ledger["abandoned-turn"] == [("failed", "idle_timeout")]
