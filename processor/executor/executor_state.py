@@ -3,9 +3,8 @@
 Owns ``__init__`` (settings, handlers, the control barrier, the consumer, the owned partitions,
 the lock and stop flags), :class:`ExecutorStats`, the per-partition record :class:`_Owned`, the
 internal signals (:class:`_Fenced`, :class:`_EndsUnrecorded`, :class:`_TransactionFailed`,
-:class:`_Stopping`), the fence
-factory the barrier uses (``_new_fence``), outcome counting and the periodic forgetting of old
-control state.
+:class:`_Stopping`), the fence factory the barrier uses (``_new_fence``), outcome counting and the
+periodic forgetting of old control state.
 
 Must not talk to Kafka nor decide about a record: that is the layers above.
 
