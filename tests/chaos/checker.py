@@ -85,6 +85,7 @@ class Verdict:
     duplicate_dispatch_ids: int = 0
     details: list[dict[str, Any]] = field(default_factory=list)  # forensics of each duplicate
     status_details: list[dict[str, Any]] = field(default_factory=list)  # and of each mismatch
+    lost_details: list[dict[str, Any]] = field(default_factory=list)  # and of each lost call
     indeterminate: int = 0
     ledger_reasons: dict[str, int] = field(default_factory=dict)
     recovery: list[dict[str, Any]] = field(default_factory=list)
@@ -142,6 +143,7 @@ class Verdict:
             },
             "duplicate_details": self.details[:5],
             "status_details": self.status_details[:5],
+            "lost_details": self.lost_details[:5],
         }
 
 
@@ -254,6 +256,18 @@ def judge(
         want = _USER_STATE.get(ledger_state.get(k, "none"), "none")
         if told.get(k, {"none"}) != {want}:
             v.status_mismatch.append((k, ledger_state.get(k, "none"), sorted(told.get(k, set()))))
+    for k in v.lost[:5]:  # what the ledger says of each lost call (nothing: no entry at all)
+        v.lost_details.append(
+            {
+                "call": k,
+                "ledger": [
+                    (p, round(t, 3), r.get("_offset"), r.get("state"), r.get("terminal_reason"))
+                    for p, t, r in ledger
+                    if key(r) == k
+                ],
+                "status": [(p, round(t, 3), r.get("state")) for p, t, r in status if key(r) == k],
+            }
+        )
     for k, _, _ in v.status_mismatch[:5]:  # where each record is, to find it in the log
         v.status_details.append(
             {

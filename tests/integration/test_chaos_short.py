@@ -38,7 +38,7 @@ def test_short_chaos_run_loses_duplicates_and_leaks_nothing(
     report = asyncio.run(run(options))
     summary = report.verdict.summary()
 
-    assert report.verdict.ok, summary
+    assert report.verdict.ok, str(summary)  # whole, with the details of what failed
     # nothing was excused: a late-bound call may expire only when its binding reached the log
     # after the binding wait (30 s), which no worker fault delays
     assert report.verdict.expired == [], summary

@@ -178,6 +178,8 @@ def test_each_planted_defect_is_reported(defect: str) -> None:
     assert summary[field] >= 1, summary
     if defect not in ("ledger_without_dispatch", "dispatch_without_ledger"):
         assert summary[field] == 1, summary
+    if defect == "lost":  # the report says what the ledger held of it (here: nothing)
+        assert [d["ledger"] for d in summary["lost_details"]] == [[]]
     if defect == "status":  # the report says where the records are, to find them in the log
         (detail,) = summary["status_details"]
         assert detail["call"] == never and "dispatched" in [s[3] for s in detail["status"]]
