@@ -326,7 +326,7 @@ class PartitionTask:
             pending.clear()
         self.assembler = assembler
         self.changelog_next = result.end_offset
-        self.input_partitions = len(consumer.partitions_for_topic(self.topics.fragments) or ())
+        self.input_partitions = self._input_partitions(consumer)
         for tp in self.tps:
             committed = await consumer.committed(tp)
             if committed is None:
@@ -339,6 +339,19 @@ class PartitionTask:
         self.tick_fence = None
         self.clean = True
         return result
+
+    def _input_partitions(self, consumer: Any) -> int:
+        """The inputs' partition count, from the consumer's metadata, for the misrouting check
+        (:meth:`_misplaced`). Metadata refreshed while a topic reported an error (a leader
+        moving) lacks the topic: the preparation then fails and is tried again, rather than
+        accept records without knowing their home partition."""
+        known = consumer.partitions_for_topic(self.topics.fragments) or set()
+        if self.partition not in known:
+            raise KafkaTimeoutError(
+                f"partition {self.partition}: the partitions of {self.topics.fragments} are not "
+                "in the consumer's metadata yet"
+            )
+        return len(known)
 
     async def _end_hanging(
         self, producer: AIOKafkaProducer, previous: hanging.Previous | None

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from processor.core.policy import Limits
 from processor.runtime.clients import admin_client
 from processor.settings import Settings
 from tests.chaos.checker import Verdict, check, read_topic
@@ -27,6 +28,7 @@ from tests.chaos.executors import (
     settle_executions,
 )
 from tests.chaos.faults import WORKER_KINDS, Broker, Cluster, Fault, FaultKind, schedule
+from tests.chaos.trail import trail
 from tests.chaos.workload import BOOKING_TOOL_YAML, Driver, Expect, Plan
 from tests.integration.conftest import Runtime
 
@@ -185,7 +187,13 @@ async def run(options: Options) -> Report:
             driver.cancels,
             executions.status_ids if executions is not None else frozenset(),
             proposal_timeouts=driver.proposal_timeouts,
+            binding_wait=_binding_wait(options.worker_env),
         )
+        # where each lost call stopped: its inputs and changelog records, while the topics exist
+        for detail, found in zip(
+            verdict.lost_details, await trail(runtime.settings, plan, verdict.lost), strict=False
+        ):
+            detail["trail"] = found
     finally:
         await asyncio.gather(cluster.close(), members.close())
         if options.keep:
@@ -209,6 +217,12 @@ async def run(options: Options) -> Report:
         executions,
         replication,
     )
+
+
+def _binding_wait(worker_env: dict[str, str]) -> float:
+    """The workers' binding wait: the checker excuses a late binding only past it."""
+    value = worker_env.get("PROCESSOR_LIMITS__BINDING_WAIT_SECONDS")
+    return float(value) if value else Limits.binding_wait_seconds
 
 
 async def _replication(settings: Settings) -> dict[str, tuple[int, str]]:

@@ -1,4 +1,5 @@
-"""A partition's fence is bounded: a preparation that cannot finish it fails, and is retried.
+"""A partition's preparation fails, and is retried, rather than go on without what it needs: a
+fence it cannot finish within its bound, or the inputs' partition count (the last test).
 
 aiokafka retries ``InitProducerId`` and waits for metadata with no end of its own. In chaos
 seed 4 on three brokers, a whole-cluster restart held one partition's preparation, silent, for
@@ -42,3 +43,36 @@ async def test_a_fence_that_cannot_finish_fails_the_preparation(runtime: Runtime
     finally:
         await task.close()
         await consumer.stop()
+
+
+@pytest.mark.partitions(2)
+async def test_a_preparation_without_the_inputs_partition_count_fails(runtime: Runtime) -> None:
+    """The misrouting check needs the inputs' partition count, from the consumer's metadata. A
+    consumer whose metadata lacks the topic (refreshed while the topic reported an error) once
+    left the count 0, and the check was skipped for the task's life: records on the wrong
+    partition (which cancellations of their turn never reach) were taken. Now the preparation
+    fails and is tried again; once the metadata holds the topic, the task knows the count."""
+    task = PartitionTask(1, runtime.settings, lambda: Assembler(registry()))
+    bare = AIOKafkaConsumer(**runtime.settings.kafka_client_kwargs())  # no metadata of the topic
+    member = AIOKafkaConsumer(
+        group_id=runtime.settings.group_id,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        **runtime.settings.kafka_client_kwargs(),
+    )
+    await bare.start()
+    await member.start()
+    try:
+        assert bare.partitions_for_topic(runtime.topics.fragments) is None
+        with pytest.raises(KafkaTimeoutError, match="not in the consumer's metadata"):
+            await asyncio.wait_for(task.prepare(bare), 60)
+        assert task.input_partitions == 0
+        member.assign(list(task.tps))
+        await member.seek_to_beginning(*task.tps)  # waits for the metadata of the topics
+        assert member.partitions_for_topic(runtime.topics.fragments) == {0, 1}
+        await asyncio.wait_for(task.prepare(member), 60)
+        assert task.input_partitions == 2
+    finally:
+        await task.close()
+        await bare.stop()
+        await member.stop()
