@@ -111,6 +111,7 @@ class _Owned:
     pending_offset: int | None = None  # next offset to commit, not yet in a transaction
     lost: bool = False  # its producer was fenced (client._lose)
     discarded: bool = False  # its producer was dropped after a failed transaction: make a new one
+    in_doubt: bool = False  # that transaction failed after its commit was sent (it may commit)
     resume_at: int | None = None  # once lost: the record in hand, fetched again after a retake
     # the ends of claimed calls (dispatch id → records) whose transaction failed: written before
     # anything else of the partition (Transactions._write_unended); failed rounds since the last

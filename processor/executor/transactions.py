@@ -43,17 +43,26 @@ log = logging.getLogger("processor.executor.client")  # one logger for all the c
 
 _TXN_ATTEMPTS: Final = 5
 _UNENDED_ROUNDS: Final = 3  # failed rounds of a claimed call's end before the partition is retaken
+# a coordinator aborts a timed-out transaction within its cleanup interval (10 s by default)
+_COORDINATOR_ABORT_S: Final = 15.0
 _UNENDED_RETRY_SECONDS: Final = 2.0  # a claimed call's end unwritten, no record: tried this often
 
 
 class Transactions(ClientState):
     """Writes outputs and offsets in one transaction of a partition's producer."""
 
-    async def _new_producer(self, partition: int) -> AIOKafkaProducer:
+    async def _new_producer(self, partition: int, *, in_doubt: bool = False) -> AIOKafkaProducer:
+        """``in_doubt``: the last transaction failed after its commit was sent; the fence waits
+        until the coordinator decides it (:func:`processor.runtime.hanging.decided_previous`)."""
         transactional_id = f"{self.group}.executor.{partition}"
         consumer = self._consumer  # how the coordinator left the id, before InitProducerId
         previous = (
-            await hanging.previous_transaction(consumer._client, transactional_id)
+            await hanging.decided_previous(
+                consumer._client,
+                transactional_id,
+                in_doubt=in_doubt,
+                bound=self.settings.transaction_timeout_ms / 1000 + _COORDINATOR_ABORT_S,
+            )
             if consumer is not None
             else None
         )
@@ -147,7 +156,9 @@ class Transactions(ClientState):
                 raise _Fenced
             if owned.discarded:  # the last attempt failed and no new producer could be made
                 try:
-                    owned.producer = await self._new_producer(owned.partition)
+                    owned.producer = await self._new_producer(
+                        owned.partition, in_doubt=owned.in_doubt
+                    )
                 except ProducerFenced:
                     owned.lost = True
                     raise _Fenced from None
@@ -160,7 +171,7 @@ class Transactions(ClientState):
                     )
                     await asyncio.sleep(min(2.0, 0.2 * attempt))
                     continue
-                owned.discarded = False
+                owned.discarded = owned.in_doubt = False
             producer = owned.producer
             try:
                 async with asyncio.timeout(self.settings.commit_timeout_seconds):
@@ -204,7 +215,9 @@ class Transactions(ClientState):
         except BaseException:
             settle_unawaited(futures)  # failed with the discarded producer: never awaited
             raise
+        owned.in_doubt = True  # until it returns: a failure from here on may still commit
         await producer.commit_transaction()
+        owned.in_doubt = False
 
     async def _after_claim(self, owned: _Owned, dispatch_id: str, outputs: list[_Out]) -> None:
         """Record the end of a claimed call (the claim's transaction took its offset).

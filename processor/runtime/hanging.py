@@ -26,9 +26,11 @@ is held (never commits over the open transaction), with one error log line and t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import shlex
+import time
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -55,6 +57,7 @@ __all__ = [
     "Previous",
     "TransactionHeld",
     "abort_transactions",
+    "decided_previous",
     "describe_open_transactions",
     "end_own_hanging",
     "free_command",
@@ -95,6 +98,41 @@ def free_command(txn: OpenTransaction, bootstrap: str) -> str:
 
 
 # ---------------------------------------------------------------------- a task's own
+
+_UNDECIDED: Final = "Ongoing"  # the only state a stray EndTxn of the old epoch can still move
+_POLL_SECONDS: Final = 0.25
+_REQUEST_TIMED_OUT: Final = 7
+
+
+async def decided_previous(
+    client: _Client, transactional_id: str, *, in_doubt: bool, bound: float
+) -> Previous | None:
+    """:func:`previous_transaction`, once the coordinator has decided that transaction's end.
+
+    ``in_doubt``: our own last transaction of this id failed after its EndTxn(commit) was sent
+    (the commit step timed out waiting for the answer). That request may still sit unread at a
+    slow coordinator; read ``Ongoing`` now, the transaction can still commit after this read
+    and before our ``InitProducerId``, and a marker the coordinator then skipped would get an
+    ABORT from :func:`end_own_hanging`: its dispatch records gone, its changelog and offsets
+    committed (a call dispatched in the state, never on the topic). So an in-doubt ``Ongoing``
+    is read again until the coordinator decides: the EndTxn commits it, or the coordinator
+    aborts it at its timeout (bumping the epoch, which fences the stray request). Past
+    ``bound`` (the transaction timeout and the coordinator's abort interval), HangingError:
+    the preparation fails and is tried again, still in doubt; it never guesses.
+    """
+    started = time.monotonic()
+    while True:
+        previous = await previous_transaction(client, transactional_id)
+        if not in_doubt or previous is None or previous.state != _UNDECIDED:
+            return previous
+        waited = time.monotonic() - started
+        if waited >= bound:
+            raise HangingError(
+                f"{transactional_id}: our last transaction is still Ongoing {waited:.0f} s after "
+                "its commit was sent; the coordinator has neither committed nor aborted it",
+                _REQUEST_TIMED_OUT,
+            )
+        await asyncio.sleep(_POLL_SECONDS)
 
 
 async def end_own_hanging(

@@ -128,6 +128,9 @@ _NOT_A_RECORDS: Final[tuple[type[BaseException], ...]] = (
 log = logging.getLogger(__name__)
 
 _MAX_TRACES: Final = 10_000
+# how long after a transaction's timeout a coordinator may take to abort it
+# (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by default) and a margin
+_COORDINATOR_ABORT_INTERVAL_S: Final = 15.0
 _UNPARSED: Final = object()  # a record that is not JSON (the Assembler says why)
 _ALLOWED: Final = {"fragments": FRAGMENT_TYPES, "control": CONTROL_TYPES}
 
@@ -212,6 +215,9 @@ class PartitionTask:
         limits = settings.limits
         self.hold_at = max(1, min(limits.max_open_buffers_per_tenant, limits.max_open_buffers) // 2)
         self.fragments_paused_until: int | None = None
+        # the last commit failed after its EndTxn was sent: the next fence waits for the
+        # coordinator to decide that transaction (hanging.decided_previous)
+        self.in_doubt = False
 
     @property
     def transactional_id(self) -> str:
@@ -236,9 +242,13 @@ class PartitionTask:
             async with asyncio.timeout(limit):
                 # how the coordinator left this id's last transaction, before InitProducerId
                 # forgets it
-                previous = await hanging.previous_transaction(
-                    consumer._client, self.transactional_id
+                previous = await hanging.decided_previous(
+                    consumer._client,
+                    self.transactional_id,
+                    in_doubt=self.in_doubt,
+                    bound=s.transaction_timeout_ms / 1000 + _COORDINATOR_ABORT_INTERVAL_S,
                 )
+                self.in_doubt = False  # decided: what it says of the last transaction is final
                 producer = AIOKafkaProducer(
                     transactional_id=self.transactional_id,
                     partitioner=default_partitioner,

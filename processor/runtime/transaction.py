@@ -7,7 +7,7 @@ Numbered and bounded, like Quix Streams' checkpoint commit::
     3. send the changelog records to changelog partition p
     4. wait until every record is acknowledged
     5. add the consumed offsets (``send_offsets_to_transaction``, TxnOffsetCommit)
-    6. commit
+    6. commit (from here on a failure is *in doubt*: the coordinator may still commit)
 
 The whole step runs under one deadline (``commit_timeout_seconds``, below the transaction timeout,
 itself below the session timeout). Any error discards the producer on the spot, without
@@ -59,12 +59,15 @@ def producer_kwargs(settings: Settings, *, client_id: str) -> dict[str, Any]:
 
 
 class TransactionFailed(Exception):
-    """The batch's transaction did not commit. ``cause``: timeout, fenced, kafka_error, error."""
+    """The batch's transaction did not commit, as far as we know. ``cause``: timeout, fenced,
+    kafka_error, error. ``in_doubt``: it failed after its EndTxn(commit) was sent, so the
+    coordinator may still commit it (:func:`processor.runtime.hanging.decided_previous`)."""
 
-    def __init__(self, cause: str, detail: str) -> None:
+    def __init__(self, cause: str, detail: str, *, in_doubt: bool = False) -> None:
         super().__init__(f"{cause}: {detail}")
         self.cause = cause
         self.detail = detail
+        self.in_doubt = in_doubt
 
 
 @dataclass
@@ -93,7 +96,7 @@ async def commit(
 ) -> Committed:
     """Run the numbered commit step and return what it committed, or raise TransactionFailed."""
     started = time.monotonic()
-    began = False
+    began = ending = False
     futures: list[asyncio.Future[Any]] = []
     changes: list[asyncio.Future[Any]] = []
     try:
@@ -108,10 +111,12 @@ async def commit(
                     {tp: OffsetAndMetadata(offset, "") for tp, offset in plan.offsets.items()},
                     group_id,
                 )
+            ending = True
             await producer.commit_transaction()  # 6
     except BaseException as exc:
         settle_unawaited([*futures, *changes])
         failure = _classify(exc)
+        failure.in_doubt = ending
         if began:
             # never abort client-side and never flush: what the producer still holds belongs to
             # a transaction that must not commit, and a late delivery of it is a zombie write

@@ -464,6 +464,7 @@ class Worker:
                 "transaction failed; rebuilding the partition",
                 extra=fields(partition=task.partition, cause=exc.cause, detail=exc.detail),
             )
+            task.in_doubt = task.in_doubt or exc.in_doubt
             self.manager.reset(task, exc.cause)
             return
         committed_at = time.time()
