@@ -24,6 +24,9 @@ For every call of the plan (see :class:`~tests.chaos.workload.Expect`):
   (its turn was acknowledged) but the ``proposals`` topic no longer holds (a lost record).
 * **duplicate_dispatch_ids**: dispatch ids that occur on ``dispatch`` more than once (reported;
   any such call is also *duplicated*).
+* **open_transactions**: a transaction still open on a partition of the run's topics once every
+  worker and executor stopped (and each killed one's timed out): a hanging transaction, which
+  holds every ``read_committed`` reader of its partition (read by ``DescribeProducers``).
 * **wrong_reason**: a call of a fully acknowledged turn whose last ledger entry is not the one its
   fate implies (a cancelled call must end ``user_stop``, a cut one ``incomplete`` or never open,
   a schema-breaking one ``schema_invalid``, an open-ended one stays without an entry).
@@ -89,6 +92,9 @@ class Verdict:
     indeterminate: int = 0
     ledger_reasons: dict[str, int] = field(default_factory=dict)
     recovery: list[dict[str, Any]] = field(default_factory=list)
+    # transactions still open on the run's topics once every member stopped (topic-partition,
+    # producer id, first offset): each holds read_committed readers of its partition
+    open_transactions: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +108,7 @@ class Verdict:
             or self.wrong_reason
             or self.status_mismatch
             or self.proposals_missing
+            or self.open_transactions
         )
 
     def summary(self) -> dict[str, Any]:
@@ -131,6 +138,7 @@ class Verdict:
             "status_mismatch": len(self.status_mismatch),
             "proposals_missing": self.proposals_missing,
             "duplicate_dispatch_ids": self.duplicate_dispatch_ids,
+            "open_transactions": self.open_transactions[:10],
             "max_recovery_seconds": {k: round(v, 1) for k, v in sorted(worst.items())},
             "max_after_back_seconds": {k: round(v, 1) for k, v in sorted(worst_back.items())},
             "examples": {

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from processor.core.policy import Limits
+from processor.runtime import hanging
 from processor.runtime.clients import admin_client
 from processor.settings import Settings
 from tests.chaos.checker import Verdict, check, read_topic
@@ -178,6 +180,7 @@ async def run(options: Options) -> Report:
             executions = await check_executions(
                 runtime.settings, executors.effects, executors.group
             )
+        open_txns = await _open_transactions(runtime.settings)
         worker_faults = [f for f in faults if f.role == "worker"]
         replication = await _replication(runtime.settings)
         verdict = await check(
@@ -189,6 +192,7 @@ async def run(options: Options) -> Report:
             proposal_timeouts=driver.proposal_timeouts,
             binding_wait=_binding_wait(options.worker_env),
         )
+        verdict.open_transactions = open_txns
         # where each lost call stopped: its inputs and changelog records, while the topics exist
         for detail, found in zip(
             verdict.lost_details, await trail(runtime.settings, plan, verdict.lost), strict=False
@@ -217,6 +221,24 @@ async def run(options: Options) -> Report:
         executions,
         replication,
     )
+
+
+async def _open_transactions(settings: Settings) -> list[tuple[str, int, int]]:
+    """The transactions open on the run's topics (every member stopped): hanging ones. One
+    still open is looked at again after a transaction timeout (and the broker's abort
+    interval): a member killed shortly before leaves its transaction to the coordinator's
+    timeout, and only what outlives that is reported."""
+    producer = AIOKafkaProducer(**settings.kafka_client_kwargs())
+    await producer.start()
+    try:
+        partitions = await hanging.partitions_of(producer.client, settings.topics.all().values())
+        found = await hanging.describe_open_transactions(producer.client, partitions)
+        if found:
+            await asyncio.sleep(settings.transaction_timeout_ms / 1000 + 3)
+            found = await hanging.describe_open_transactions(producer.client, partitions)
+    finally:
+        await producer.stop()
+    return [(f"{t.topic}-{t.partition}", t.producer_id, t.start_offset) for t in found]
 
 
 def _binding_wait(worker_env: dict[str, str]) -> float:

@@ -88,6 +88,17 @@ def test_clean_outputs_pass() -> None:
     assert verdict.expired == [] and verdict.proposals_missing == 0
 
 
+def test_a_transaction_left_open_fails_the_run() -> None:
+    """A hanging transaction holds every read_committed reader of its partition: whatever the
+    outputs read before it say, the run fails and names it."""
+    plan = _plan()
+    dispatch, ledger, status, audit, cancels = _clean(plan)
+    verdict = judge(plan, [], cancels, dispatch, ledger, audit, status, proposals=_proposals(plan))
+    verdict.open_transactions = [("x.dispatch-3", 1000, 42)]
+    assert not verdict.ok
+    assert verdict.summary()["open_transactions"] == [("x.dispatch-3", 1000, 42)]
+
+
 @pytest.mark.parametrize(
     "defect",
     [
