@@ -123,9 +123,18 @@ async def decided_previous(
     started = time.monotonic()
     while True:
         previous = await previous_transaction(client, transactional_id)
-        if not in_doubt or previous is None or previous.state != _UNDECIDED:
-            return previous
         waited = time.monotonic() - started
+        if not in_doubt or previous is None or previous.state != _UNDECIDED:
+            if in_doubt:
+                log.info(
+                    "transaction in doubt decided",
+                    extra=fields(
+                        transactional_id=transactional_id,
+                        coordinator_state=previous.state if previous is not None else None,
+                        waited_seconds=round(waited, 2),
+                    ),
+                )
+            return previous
         if waited >= bound:
             raise HangingError(
                 f"{transactional_id}: our last transaction is still Ongoing {waited:.0f} s after "
