@@ -60,6 +60,7 @@ __all__ = [
     "decided_previous",
     "describe_open_transactions",
     "end_own_hanging",
+    "end_skipped_commits",
     "free_command",
     "partitions_of",
     "previous_transaction",
@@ -205,6 +206,53 @@ async def end_own_hanging(
         )
     _release(transactional_id)
     return open_txns
+
+
+async def end_skipped_commits(
+    client: _Client,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    transactional_id: str,
+    partitions: Iterable[TopicPartition],
+    owner: str,
+) -> list[OpenTransaction]:
+    """COMMIT what the coordinator committed without a marker while our producer lives on.
+
+    A commit that succeeded for us can still leave one partition without its marker (the
+    coordinator gives up on a partition it takes for deleted, as in seed 19). Nothing ends that
+    transaction there but the same producer id's next transaction on the partition: until one
+    comes, the records are invisible to ``read_committed`` readers, and so is everything after
+    them (a dispatch an executor never sees, in a quiet partition for good). Call between two
+    transactions of the producer (none of ours in flight): when the coordinator says our last
+    transaction is ``CompleteCommit`` (its markers written or given up), every transaction of
+    our producer id and current epoch still open on ``partitions`` is a committed one whose
+    marker was skipped, and gets the COMMIT marker. Anything else (another state, another
+    epoch) is left to the next fence, which knows how it ended. Returns what it committed."""
+    previous = await previous_transaction(client, transactional_id)
+    if previous is None or previous.state != "CompleteCommit":
+        return []
+    if (previous.producer_id, previous.producer_epoch) != (producer_id, producer_epoch):
+        return []  # another owner's epoch: its fence ends what is open
+    skipped = [
+        t
+        for t in await describe_open_transactions(client, partitions)
+        if t.producer_id == producer_id and t.producer_epoch == producer_epoch
+    ]
+    if not skipped:
+        return []
+    await abort_transactions(client, skipped, commit=True)
+    metrics.HANGING_TRANSACTIONS_ENDED.labels(owner, "commit").inc(len(skipped))
+    log.warning(
+        "committed transactions of our producer id left open by the coordinator: committed",
+        extra=fields(
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            partitions=[f"{t.topic}-{t.partition}" for t in skipped],
+            start_offsets=[t.start_offset for t in skipped],
+        ),
+    )
+    return skipped
 
 
 # transactional id → the labels of its held gauge (one error line per hold)

@@ -131,6 +131,9 @@ _MAX_TRACES: Final = 10_000
 # how long after a transaction's timeout a coordinator may take to abort it
 # (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by default) and a margin
 _COORDINATOR_ABORT_INTERVAL_S: Final = 15.0
+# how often a partition looks for commit markers the coordinator skipped, and for how long
+_SWEEP_INTERVAL_S: Final = 30.0
+_SWEEP_TIMEOUT_S: Final = 5.0
 _UNPARSED: Final = object()  # a record that is not JSON (the Assembler says why)
 _ALLOWED: Final = {"fragments": FRAGMENT_TYPES, "control": CONTROL_TYPES}
 
@@ -218,6 +221,9 @@ class PartitionTask:
         # the last commit failed after its EndTxn was sent: the next fence waits for the
         # coordinator to decide that transaction (hanging.decided_previous)
         self.in_doubt = False
+        # the sweep for commit markers the coordinator skipped (sweep_skipped)
+        self.committed_since_sweep = False
+        self.swept_at = 0.0
 
     @property
     def transactional_id(self) -> str:
@@ -362,6 +368,37 @@ class PartitionTask:
                 "in the consumer's metadata yet"
             )
         return len(known)
+
+    async def sweep_skipped(self, now: float) -> None:
+        """Between two transactions: COMMIT what the coordinator committed for us without a
+        marker on an output partition (:func:`~processor.runtime.hanging.end_skipped_commits`),
+        at most every ``_SWEEP_INTERVAL_S`` and only after a commit since the last sweep.
+        Bounded; a failure is logged and the next interval tries again."""
+        producer = self.producer
+        if producer is None or not self.committed_since_sweep:
+            return
+        if now - self.swept_at < _SWEEP_INTERVAL_S:
+            return
+        self.swept_at, self.committed_since_sweep = now, False
+        outputs = sorted({self.topics.output(kind) for kind in OUTPUT_TOPIC.values()})
+        try:
+            async with asyncio.timeout(_SWEEP_TIMEOUT_S):
+                partitions = await hanging.partitions_of(producer.client, outputs)
+                partitions.append(TopicPartition(self.topics.changelog, self.partition))
+                await hanging.end_skipped_commits(
+                    producer.client,
+                    producer_id=producer._txn_manager.producer_id,
+                    producer_epoch=producer._txn_manager.producer_epoch,
+                    transactional_id=self.transactional_id,
+                    partitions=partitions,
+                    owner="worker",
+                )
+        except Exception as exc:  # a broker away: the next interval asks again
+            self.committed_since_sweep = True
+            log.info(
+                "sweep for skipped commit markers failed; tried again later",
+                extra=fields(partition=self.partition, error=type(exc).__name__),
+            )
 
     async def _end_hanging(
         self, producer: AIOKafkaProducer, previous: hanging.Previous | None
@@ -719,6 +756,7 @@ class PartitionTask:
             self.producer, step.plan, group_id=self.settings.group_id, timeout=timeout
         )
         self.expected.update(step.plan.offsets)
+        self.committed_since_sweep = True
         if committed.changelog_next is not None:
             self.changelog_next = committed.changelog_next
             self._store_committed(step.changes, committed.changelog_next)

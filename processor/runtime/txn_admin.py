@@ -301,6 +301,7 @@ class Previous:
 
     producer_id: int
     state: str  # Empty, Ongoing, PrepareCommit, CompleteAbort, …
+    producer_epoch: int = -1
 
     @property
     def committed(self) -> bool:
@@ -440,11 +441,11 @@ async def previous_transaction(client: _Client, transactional_id: str) -> Previo
     for attempt in range(_ATTEMPTS):
         node = await client.coordinator_lookup(_TRANSACTION_COORDINATOR, transactional_id)
         response = await client.send(node, DescribeTransactionsRequest([transactional_id]))
-        [(code, _, state, _, _, producer_id, _, _, _)] = response.transaction_states
+        [(code, _, state, _, _, producer_id, epoch, _, _)] = response.transaction_states
         if code == _TRANSACTIONAL_ID_NOT_FOUND:
             return None
         if code == _NONE:
-            return Previous(producer_id, state)
+            return Previous(producer_id, state, epoch)
         if code not in _COORDINATOR_MOVED or attempt + 1 == _ATTEMPTS:
             raise HangingError(
                 f"DescribeTransactions {transactional_id}: {for_code(code).__name__}", code

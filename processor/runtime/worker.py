@@ -368,6 +368,9 @@ class Worker:
                 metrics.RECORDS_SKIPPED.labels(role).inc(len(rs))
         if commits:
             await asyncio.gather(*commits)
+        # between transactions: what the coordinator committed without a marker (bounded)
+        clock = time.monotonic()
+        await asyncio.gather(*(t.sweep_skipped(clock) for t in self.manager.ready_tasks()))
         self._resume_fragments(consumer, tasks)
 
     def _pause_fragments(

@@ -38,6 +38,7 @@ worker reads the coordinator's state before its ``InitProducerId`` and commits i
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,8 @@ async def _scenario(tmp_path: Path) -> None:
         assert ABORTED_RESULT not in values
         assert [orjson.loads(v)["call_id"] for v in values] == ["call_1"]  # one result
         assert not await _open_of(runtime, executor_id, results_0)
+
+        await _a_skipped_commit_is_swept(runtime)
     finally:
         await runtime.close()
         await broker.stop()
@@ -232,6 +235,51 @@ async def _leave_open_raw(
         return producer_id
     finally:
         await discard_producer(producer)
+
+
+async def _a_skipped_commit_is_swept(runtime: Runtime) -> None:
+    """A commit that succeeded for its producer, the coordinator skipping one partition's marker
+    (``ledger-1`` here), the producer living on: nothing would end that transaction but the same
+    producer's next one there, and until then the record is invisible. The sweep a worker runs
+    between its transactions (``hanging.end_skipped_commits``) commits it; with our producer's
+    transaction still open (not ``CompleteCommit``) it leaves everything alone."""
+    settings = runtime.settings
+    hidden = TopicPartition(runtime.topics.ledger, 1)
+    producer = AIOKafkaProducer(
+        transactional_id=f"{runtime.prefix}sweep", **settings.kafka_client_kwargs()
+    )
+    await producer.start()
+    try:
+        pid: int = producer._txn_manager.producer_id
+        epoch: int = producer._txn_manager.producer_epoch
+        sweep = functools.partial(
+            hanging.end_skipped_commits,
+            producer.client,
+            producer_id=pid,
+            producer_epoch=epoch,
+            transactional_id=f"{runtime.prefix}sweep",
+            partitions=[hidden],
+            owner="worker",
+        )
+        await producer.begin_transaction()
+        await (await producer.send(runtime.topics.status, b"{}", key=b"acme/t-s", partition=1))
+        producer._txn_manager._txn_partitions.add(hidden)
+        await (await producer.send(hidden.topic, b"swept", key=b"acme/t-s", partition=1))
+        assert await sweep() == []  # ours, in flight: not the sweep's
+        await producer.commit_transaction()
+        assert await _open_of(runtime, pid, hidden), "the coordinator wrote the marker after all"
+        assert b"swept" not in await _values(runtime, hidden.topic)  # held behind the open txn
+        [ended] = await sweep()
+        assert (ended.topic, ended.partition, ended.producer_epoch) == (hidden.topic, 1, epoch)
+        assert not await _open_of(runtime, pid, hidden)
+        assert (await _values(runtime, hidden.topic)).count(b"swept") == 1  # committed, once
+        assert await sweep() == []
+    finally:
+        await discard_producer(producer)
+
+
+async def _values(runtime: Runtime, topic: str) -> list[bytes]:
+    return [r.value async for r in read_records(runtime.settings, topic)]
 
 
 async def _results(runtime: Runtime) -> list[bytes]:
