@@ -112,6 +112,9 @@ class _Owned:
     lost: bool = False  # its producer was fenced (client._lose)
     discarded: bool = False  # its producer was dropped after a failed transaction: make a new one
     in_doubt: bool = False  # that transaction failed after its commit was sent (it may commit)
+    # the sweep for commit markers the coordinator skipped (Transactions._sweep_skipped)
+    committed_since_sweep: bool = False
+    swept_at: float = 0.0
     resume_at: int | None = None  # once lost: the record in hand, fetched again after a retake
     # the ends of claimed calls (dispatch id → records) whose transaction failed: written before
     # anything else of the partition (Transactions._write_unended); failed rounds since the last

@@ -45,7 +45,10 @@ _TXN_ATTEMPTS: Final = 5
 _UNENDED_ROUNDS: Final = 3  # failed rounds of a claimed call's end before the partition is retaken
 # a coordinator aborts a timed-out transaction within its cleanup interval (10 s by default)
 _COORDINATOR_ABORT_S: Final = 15.0
-_UNENDED_RETRY_SECONDS: Final = 2.0  # a claimed call's end unwritten, no record: tried this often
+_UNENDED_RETRY_SECONDS: Final = 2.0
+# how often an owned partition looks for commit markers the coordinator skipped, how long for
+_SWEEP_INTERVAL_S: Final = 30.0
+_SWEEP_TIMEOUT_S: Final = 5.0  # a claimed call's end unwritten, no record: tried this often
 
 
 class Transactions(ClientState):
@@ -134,6 +137,42 @@ class Transactions(ClientState):
             await self._write_unended(owned)
         if owned.pending_offset is not None:
             await self._transact(owned, [], owned.pending_offset)
+        await self._sweep_skipped(owned)
+
+    def _sweep_due(self, owned: _Owned, now: float) -> bool:
+        return (
+            owned.committed_since_sweep
+            and not (owned.lost or owned.discarded)
+            and now - owned.swept_at >= _SWEEP_INTERVAL_S
+        )
+
+    async def _sweep_skipped(self, owned: _Owned) -> None:
+        """Between transactions: COMMIT what the coordinator committed for this partition's
+        producer without a marker on an output partition
+        (:func:`processor.runtime.hanging.end_skipped_commits`), at most every
+        ``_SWEEP_INTERVAL_S`` after a commit. Bounded; a failure waits for the next interval."""
+        now = time.monotonic()
+        if not self._sweep_due(owned, now):
+            return
+        owned.swept_at, owned.committed_since_sweep = now, False
+        producer = owned.producer
+        topics = (self.topics.executions, self.topics.results, self.topics.status)
+        try:
+            async with asyncio.timeout(_SWEEP_TIMEOUT_S):
+                await hanging.end_skipped_commits(
+                    producer.client,
+                    producer_id=producer._txn_manager.producer_id,
+                    producer_epoch=producer._txn_manager.producer_epoch,
+                    transactional_id=f"{self.group}.executor.{owned.partition}",
+                    partitions=await hanging.partitions_of(producer.client, topics),
+                    owner="executor",
+                )
+        except Exception as exc:  # a broker away: the next interval asks again
+            owned.committed_since_sweep = True
+            log.info(
+                "sweep for skipped commit markers failed; tried again later",
+                extra=fields(partition=owned.partition, error=type(exc).__name__),
+            )
 
     async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
         """Write ``outputs`` and commit the offset ``next_offset`` (or a pending one) in ONE
@@ -192,6 +231,7 @@ class Transactions(ClientState):
                 owned.discarded = True  # the next attempt starts with a new producer
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
                 continue
+            owned.committed_since_sweep = True
             if offset is not None and offset >= (owned.pending_offset or 0):
                 owned.pending_offset = None
             return
@@ -239,9 +279,9 @@ class Transactions(ClientState):
             )
 
     def _unended_due(self, fetched: set[int]) -> list[_Owned]:
-        """Partitions whose kept ends of claimed calls are due another try: no record of theirs
-        was fetched (a fetch writes them before its first record), and the last try was
-        ``_UNENDED_RETRY_SECONDS`` ago or more."""
+        """Partitions with no record fetched that are due a flush: their kept ends of claimed
+        calls another try (a fetch writes them before its first record; the last try was
+        ``_UNENDED_RETRY_SECONDS`` ago or more), or their sweep (:meth:`_sweep_skipped`)."""
         now = time.monotonic()
         due = [
             owned
@@ -251,7 +291,12 @@ class Transactions(ClientState):
         ]
         for owned in due:
             owned.unended_retry_at = now + _UNENDED_RETRY_SECONDS
-        return due
+        # and, with no record fetched either, those whose sweep is due (_sweep_skipped)
+        return due + [
+            owned
+            for owned in self._owned.values()
+            if owned.partition not in fetched and not owned.unended and self._sweep_due(owned, now)
+        ]
 
     async def _write_unended(self, owned: _Owned) -> None:
         """Write the kept ends of claimed calls, oldest first. Raises as :meth:`_transact`; a
