@@ -154,25 +154,15 @@ class Transactions(ClientState):
         now = time.monotonic()
         if not self._sweep_due(owned, now):
             return
-        owned.swept_at, owned.committed_since_sweep = now, False
-        producer = owned.producer
-        topics = (self.topics.executions, self.topics.results, self.topics.status)
-        try:
-            async with asyncio.timeout(_SWEEP_TIMEOUT_S):
-                await hanging.end_skipped_commits(
-                    producer.client,
-                    producer_id=producer._txn_manager.producer_id,
-                    producer_epoch=producer._txn_manager.producer_epoch,
-                    transactional_id=f"{self.group}.executor.{owned.partition}",
-                    partitions=await hanging.partitions_of(producer.client, topics),
-                    owner="executor",
-                )
-        except Exception as exc:  # a broker away: the next interval asks again
-            owned.committed_since_sweep = True
-            log.info(
-                "sweep for skipped commit markers failed; tried again later",
-                extra=fields(partition=owned.partition, error=type(exc).__name__),
-            )
+        owned.swept_at = now
+        owned.committed_since_sweep = not await hanging.sweep(
+            owned.producer,
+            transactional_id=f"{self.group}.executor.{owned.partition}",
+            topics=(self.topics.executions, self.topics.results, self.topics.status),
+            owner="executor",
+            partition=owned.partition,
+            timeout=_SWEEP_TIMEOUT_S,
+        )
 
     async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
         """Write ``outputs`` and commit the offset ``next_offset`` (or a pending one) in ONE

@@ -32,7 +32,7 @@ import logging
 import shlex
 import time
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from aiokafka.structs import TopicPartition
 
@@ -64,6 +64,7 @@ __all__ = [
     "free_command",
     "partitions_of",
     "previous_transaction",
+    "sweep",
 ]
 
 _DONE: Final = {"abort": "aborted", "commit": "committed"}
@@ -253,6 +254,39 @@ async def end_skipped_commits(
         ),
     )
     return skipped
+
+
+async def sweep(
+    producer: Any,
+    *,
+    transactional_id: str,
+    topics: Iterable[str],
+    also: Iterable[TopicPartition] = (),
+    owner: str,
+    partition: int,
+    timeout: float,
+) -> bool:
+    """:func:`end_skipped_commits` for ``producer`` (an AIOKafkaProducer between two of its
+    transactions) over every partition of ``topics`` and ``also``, within ``timeout``. False
+    when it could not ask (a broker away; logged): the caller asks again later."""
+    try:
+        async with asyncio.timeout(timeout):
+            partitions = await partitions_of(producer.client, topics) + list(also)
+            await end_skipped_commits(
+                producer.client,
+                producer_id=producer._txn_manager.producer_id,
+                producer_epoch=producer._txn_manager.producer_epoch,
+                transactional_id=transactional_id,
+                partitions=partitions,
+                owner=owner,
+            )
+    except Exception as exc:
+        log.info(
+            "sweep for skipped commit markers failed; tried again later",
+            extra=fields(partition=partition, owner=owner, error=type(exc).__name__),
+        )
+        return False
+    return True
 
 
 # transactional id → the labels of its held gauge (one error line per hold)

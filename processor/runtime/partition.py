@@ -379,26 +379,16 @@ class PartitionTask:
             return
         if now - self.swept_at < _SWEEP_INTERVAL_S:
             return
-        self.swept_at, self.committed_since_sweep = now, False
-        outputs = sorted({self.topics.output(kind) for kind in OUTPUT_TOPIC.values()})
-        try:
-            async with asyncio.timeout(_SWEEP_TIMEOUT_S):
-                partitions = await hanging.partitions_of(producer.client, outputs)
-                partitions.append(TopicPartition(self.topics.changelog, self.partition))
-                await hanging.end_skipped_commits(
-                    producer.client,
-                    producer_id=producer._txn_manager.producer_id,
-                    producer_epoch=producer._txn_manager.producer_epoch,
-                    transactional_id=self.transactional_id,
-                    partitions=partitions,
-                    owner="worker",
-                )
-        except Exception as exc:  # a broker away: the next interval asks again
-            self.committed_since_sweep = True
-            log.info(
-                "sweep for skipped commit markers failed; tried again later",
-                extra=fields(partition=self.partition, error=type(exc).__name__),
-            )
+        self.swept_at = now
+        self.committed_since_sweep = not await hanging.sweep(
+            producer,
+            transactional_id=self.transactional_id,
+            topics=sorted({self.topics.output(kind) for kind in OUTPUT_TOPIC.values()}),
+            also=[TopicPartition(self.topics.changelog, self.partition)],
+            owner="worker",
+            partition=self.partition,
+            timeout=_SWEEP_TIMEOUT_S,
+        )
 
     async def _end_hanging(
         self, producer: AIOKafkaProducer, previous: hanging.Previous | None
