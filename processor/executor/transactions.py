@@ -45,10 +45,10 @@ _TXN_ATTEMPTS: Final = 5
 _UNENDED_ROUNDS: Final = 3  # failed rounds of a claimed call's end before the partition is retaken
 # a coordinator aborts a timed-out transaction within its cleanup interval (10 s by default)
 _COORDINATOR_ABORT_S: Final = 15.0
-_UNENDED_RETRY_SECONDS: Final = 2.0
+_UNENDED_RETRY_SECONDS: Final = 2.0  # a claimed call's end unwritten, no record: tried this often
 # how often an owned partition looks for commit markers the coordinator skipped, how long for
 _SWEEP_INTERVAL_S: Final = 30.0
-_SWEEP_TIMEOUT_S: Final = 5.0  # a claimed call's end unwritten, no record: tried this often
+_SWEEP_TIMEOUT_S: Final = 5.0
 
 
 class Transactions(ClientState):
