@@ -17,6 +17,8 @@ The loop, in the spirit of h11's example client (the Assembler is the protocol, 
                            start its transaction, which runs while the next step is built;
                            pause its fragments if the step held them back (back-pressure)
                 await the transactions; reset a partition whose transaction failed
+                (remembering a commit in doubt for its next fence); then, at most every
+                30 s after a commit, a sweep for commit markers the coordinator skipped
                 resume the fragments whose calls no longer wait for control
             every lag interval: export lag and buffer gauges
     stop:   finish the current batch, close every partition's producer, leave the group
