@@ -443,7 +443,7 @@ class ExecutorClient(Claims):
     async def _take(self, partition: int) -> _Owned:
         """Fence the previous owner, restore the ledger, report its unfinished claims (a take
         that cannot report them fails, and is retried: they would stay claimed otherwise)."""
-        producer = await self._new_producer(partition)
+        producer = await self._new_producer(partition, in_doubt=True)  # the last owner's end
         try:
             entries = await restore_ledger_partition(
                 self.settings,

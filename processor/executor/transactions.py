@@ -55,8 +55,9 @@ class Transactions(ClientState):
     """Writes outputs and offsets in one transaction of a partition's producer."""
 
     async def _new_producer(self, partition: int, *, in_doubt: bool = False) -> AIOKafkaProducer:
-        """``in_doubt``: the last transaction failed after its commit was sent; the fence waits
-        until the coordinator decides it (:func:`processor.runtime.hanging.decided_previous`)."""
+        """``in_doubt``: the last transaction may still commit (it failed after its commit was
+        sent, or a take does not know how the last owner ended); the fence waits until the
+        coordinator decides it (:func:`processor.runtime.hanging.decided_previous`)."""
         transactional_id = f"{self.group}.executor.{partition}"
         consumer = self._consumer  # how the coordinator left the id, before InitProducerId
         previous = (

@@ -112,15 +112,17 @@ async def decided_previous(
     """:func:`previous_transaction`, once the coordinator has decided that transaction's end.
 
     ``in_doubt``: our own last transaction of this id failed after its EndTxn(commit) was sent
-    (the commit step timed out waiting for the answer). That request may still sit unread at a
-    slow coordinator; read ``Ongoing`` now, the transaction can still commit after this read
-    and before our ``InitProducerId``, and a marker the coordinator then skipped would get an
-    ABORT from :func:`end_own_hanging`: its dispatch records gone, its changelog and offsets
-    committed (a call dispatched in the state, never on the topic). So an in-doubt ``Ongoing``
-    is read again until the coordinator decides: the EndTxn commits it, or the coordinator
-    aborts it at its timeout (bumping the epoch, which fences the stray request). Past
-    ``bound`` (the transaction timeout and the coordinator's abort interval), HangingError:
-    the preparation fails and is tried again, still in doubt; it never guesses.
+    (the commit step timed out waiting for the answer), or we do not know how the last owner of
+    the id ended (a partition just assigned or taken: it may have died with its EndTxn sent; a
+    crashed owner's transaction is usually decided by its timeout by then). That request may
+    still sit unread at a slow coordinator; read ``Ongoing`` now, the transaction can still
+    commit after this read and before our ``InitProducerId``, and a marker the coordinator then
+    skipped would get an ABORT from :func:`end_own_hanging`: its dispatch records gone, its
+    changelog and offsets committed (a call dispatched in the state, never on the topic). So an
+    in-doubt ``Ongoing`` is read again until the coordinator decides: the EndTxn commits it, or
+    the coordinator aborts it at its timeout (bumping the epoch, which fences the stray
+    request). Past ``bound`` (the transaction timeout and the coordinator's abort interval),
+    HangingError: the preparation fails and is tried again, still in doubt; it never guesses.
     """
     started = time.monotonic()
     while True:

@@ -219,8 +219,10 @@ class PartitionTask:
         self.hold_at = max(1, min(limits.max_open_buffers_per_tenant, limits.max_open_buffers) // 2)
         self.fragments_paused_until: int | None = None
         # the last commit failed after its EndTxn was sent: the next fence waits for the
-        # coordinator to decide that transaction (hanging.decided_previous)
-        self.in_doubt = False
+        # coordinator to decide that transaction (hanging.decided_previous). A new task does
+        # not know how its partition's last owner (another worker, or this one before the
+        # rebalance) ended, so its first fence waits too
+        self.in_doubt = True
         # the sweep for commit markers the coordinator skipped (sweep_skipped)
         self.committed_since_sweep = False
         self.swept_at = 0.0
