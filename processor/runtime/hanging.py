@@ -125,11 +125,12 @@ async def decided_previous(
     HangingError: the preparation fails and is tried again, still in doubt; it never guesses.
     """
     started = time.monotonic()
+    undecided = False  # seen Ongoing at least once: the decision is logged
     while True:
         previous = await previous_transaction(client, transactional_id)
         waited = time.monotonic() - started
         if not in_doubt or previous is None or previous.state != _UNDECIDED:
-            if in_doubt:
+            if undecided:
                 log.info(
                     "transaction in doubt decided",
                     extra=fields(
@@ -145,6 +146,7 @@ async def decided_previous(
                 "its commit was sent; the coordinator has neither committed nor aborted it",
                 _REQUEST_TIMED_OUT,
             )
+        undecided = True
         await asyncio.sleep(_POLL_SECONDS)
 
 
