@@ -37,6 +37,7 @@ from processor.executor.fence import FenceState
 from processor.executor.handlers import Handlers
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
 from processor.observability import metrics
+from processor.runtime.hanging import Previous
 from processor.settings import Settings
 
 __all__ = ["DEFAULT_GROUP", "ClientState", "ExecutorStalled", "ExecutorStats"]
@@ -173,6 +174,8 @@ class ClientState:
         self._barrier = ControlBarrier(settings, self._new_fence)
         self._consumer: AIOKafkaConsumer | None = None
         self._owned: dict[int, _Owned] = {}
+        # partition → what its last unfinished fence read (hanging.across_retries)
+        self._fenced_before: dict[int, Previous | None] = {}
         self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()

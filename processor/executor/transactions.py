@@ -70,6 +70,9 @@ class Transactions(ClientState):
             if consumer is not None
             else None
         )
+        # a try whose InitProducerId went through unanswered left the id Empty
+        previous = hanging.across_retries(previous, self._fenced_before.get(partition))
+        self._fenced_before[partition] = previous
         producer = AIOKafkaProducer(
             **self.settings.kafka_client_kwargs(),
             transactional_id=transactional_id,
@@ -96,6 +99,7 @@ class Transactions(ClientState):
                 bootstrap=self.settings.bootstrap_servers,
                 previous=previous,
             )
+            self._fenced_before.pop(partition, None)
         except TimeoutError:
             await discard_producer(producer)
             raise KafkaTimeoutError(f"InitProducerId of {transactional_id} timed out") from None

@@ -57,6 +57,7 @@ __all__ = [
     "Previous",
     "TransactionHeld",
     "abort_transactions",
+    "across_retries",
     "decided_previous",
     "describe_open_transactions",
     "end_own_hanging",
@@ -148,6 +149,26 @@ async def decided_previous(
             )
         undecided = True
         await asyncio.sleep(_POLL_SECONDS)
+
+
+def across_retries(fresh: Previous | None, before: Previous | None) -> Previous | None:
+    """What a retried fence should take for the last transaction's end.
+
+    ``before``: what the failed try read, before an ``InitProducerId`` that may have gone
+    through although its answer was lost (the try failed after it). ``fresh``: what the retry
+    reads now. ``InitProducerId`` leaves the id ``Empty``, which forgets how the transaction
+    before it ended. So a fresh ``Empty`` of the same producer id, after a try that read
+    something else, means no transaction began since that try's read, and the open ones of that
+    producer id are still the ones ``before`` describes: ``before`` is kept, if the epoch moved
+    by what that one ``InitProducerId`` bumps (one, or two when it aborted an open transaction).
+    Anything else (a new transaction since, another producer id, more fences since, nothing
+    kept) is read as it is now."""
+    if before is None or fresh is None:
+        return fresh
+    bumped = fresh.producer_epoch - before.producer_epoch
+    if fresh.state == "Empty" and fresh.producer_id == before.producer_id and bumped in (1, 2):
+        return before
+    return fresh
 
 
 async def end_own_hanging(

@@ -223,6 +223,8 @@ class PartitionTask:
         # not know how its partition's last owner (another worker, or this one before the
         # rebalance) ended, so its first fence waits too
         self.in_doubt = True
+        # what the last unfinished fence read of the transaction before it (hanging.across_retries)
+        self.fenced_before: hanging.Previous | None = None
         # the sweep for commit markers the coordinator skipped (sweep_skipped)
         self.committed_since_sweep = False
         self.swept_at = 0.0
@@ -257,6 +259,9 @@ class PartitionTask:
                     bound=s.transaction_timeout_ms / 1000 + _COORDINATOR_ABORT_INTERVAL_S,
                 )
                 self.in_doubt = False  # decided: what it says of the last transaction is final
+                # a try whose InitProducerId went through unanswered left the id Empty
+                previous = hanging.across_retries(previous, self.fenced_before)
+                self.fenced_before = previous  # until the hanging ones are ended
                 producer = AIOKafkaProducer(
                     transactional_id=self.transactional_id,
                     partitioner=default_partitioner,
@@ -268,6 +273,7 @@ class PartitionTask:
                 await producer.start()  # InitProducerId: fences older producers of this id
                 phase = "ending hanging transactions"
                 await self._end_hanging(producer, previous)  # before it writes anything
+                self.fenced_before = None
         except BaseException as exc:
             if producer is not None:
                 with contextlib.suppress(Exception):

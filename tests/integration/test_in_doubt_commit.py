@@ -146,3 +146,45 @@ async def test_an_in_doubt_fence_never_guesses(settings: Settings) -> None:
     finally:
         await discard_producer(producer)
         await reader.stop()
+
+
+async def test_a_retried_fence_keeps_what_its_first_try_read(settings: Settings) -> None:
+    """A fence whose ``InitProducerId`` went through while its answer was lost is retried; the
+    retry reads the id ``Empty`` (InitProducerId forgets how the transaction before it ended),
+    and keeps what the first try read (``hanging.across_retries``): only that one fence since,
+    the epoch moved by one (after a commit) or two (after aborting an open transaction). After a
+    new transaction, the retry takes what it reads."""
+    tid = f"{settings.topic_prefix}retried"
+    reader = await _producer(settings, "reader", 60_000)
+    try:
+        first = await _producer(settings, "retried", 60_000)
+        await first.begin_transaction()
+        await (await first.send(settings.topics.dispatch, b"v", partition=0))
+        await first.commit_transaction()
+        before = await hanging.previous_transaction(reader.client, tid)
+        assert before is not None and before.committed
+        second = await _producer(settings, "retried", 60_000)  # its InitProducerId went through
+        fresh = await hanging.previous_transaction(reader.client, tid)
+        assert fresh is not None and fresh.state == "Empty"
+        assert fresh.producer_epoch == before.producer_epoch + 1
+        assert hanging.across_retries(fresh, before) is before
+        await second.begin_transaction()  # a new transaction since: what is read now counts
+        await (await second.send(settings.topics.dispatch, b"v", partition=0))
+        await second.commit_transaction()
+        now = await hanging.previous_transaction(reader.client, tid)
+        assert hanging.across_retries(now, before) is now
+        await discard_producer(first)
+
+        await second.begin_transaction()  # open, then fenced: the abort bumps the epoch too
+        await (await second.send(settings.topics.dispatch, b"v", partition=0))
+        ongoing = await hanging.previous_transaction(reader.client, tid)
+        assert ongoing is not None and ongoing.state == "Ongoing"
+        third = await _producer(settings, "retried", 60_000)
+        fresh = await hanging.previous_transaction(reader.client, tid)
+        assert fresh is not None and fresh.state == "Empty"
+        assert fresh.producer_epoch == ongoing.producer_epoch + 2
+        assert hanging.across_retries(fresh, ongoing) is ongoing
+        await discard_producer(second)
+        await discard_producer(third)
+    finally:
+        await reader.stop()
