@@ -277,7 +277,7 @@ class ExecutorClient(Claims):
                     for tp, records in batches.items():
                         if not await self._process_partition(consumer, tp, records):
                             return
-                    for owned in self._unended_due({tp.partition for tp in batches}):
+                    for owned in self._flush_due({tp.partition for tp in batches}):
                         await self._flush(owned)  # kept ends of claimed calls, none fetched
                 self._progress("polling")
                 self._maybe_forget()

@@ -37,7 +37,7 @@ from processor.executor.fence import FenceState
 from processor.executor.handlers import Handlers
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
 from processor.observability import metrics
-from processor.runtime.hanging import Previous
+from processor.runtime.hanging import Previous, SweepSchedule
 from processor.settings import Settings
 
 __all__ = ["DEFAULT_GROUP", "ClientState", "ExecutorStalled", "ExecutorStats"]
@@ -114,8 +114,7 @@ class _Owned:
     discarded: bool = False  # its producer was dropped after a failed transaction: make a new one
     in_doubt: bool = False  # that transaction failed after its commit was sent (it may commit)
     # the sweep for commit markers the coordinator skipped (Transactions._sweep_skipped)
-    committed_since_sweep: bool = False
-    swept_at: float = 0.0
+    sweeps: SweepSchedule = field(default_factory=SweepSchedule)
     resume_at: int | None = None  # once lost: the record in hand, fetched again after a retake
     # the ends of claimed calls (dispatch id → records) whose transaction failed: written before
     # anything else of the partition (Transactions._write_unended); failed rounds since the last

@@ -46,9 +46,6 @@ _UNENDED_ROUNDS: Final = 3  # failed rounds of a claimed call's end before the p
 # a coordinator aborts a timed-out transaction within its cleanup interval (10 s by default)
 _COORDINATOR_ABORT_S: Final = 15.0
 _UNENDED_RETRY_SECONDS: Final = 2.0  # a claimed call's end unwritten, no record: tried this often
-# how often an owned partition looks for commit markers the coordinator skipped, how long for
-_SWEEP_INTERVAL_S: Final = 30.0
-_SWEEP_TIMEOUT_S: Final = 5.0
 
 
 class Transactions(ClientState):
@@ -144,29 +141,21 @@ class Transactions(ClientState):
             await self._transact(owned, [], owned.pending_offset)
         await self._sweep_skipped(owned)
 
-    def _sweep_due(self, owned: _Owned, now: float) -> bool:
-        return (
-            owned.committed_since_sweep
-            and not (owned.lost or owned.discarded)
-            and now - owned.swept_at >= _SWEEP_INTERVAL_S
-        )
-
     async def _sweep_skipped(self, owned: _Owned) -> None:
         """Between transactions: COMMIT what the coordinator committed for this partition's
         producer without a marker on an output partition
-        (:func:`processor.runtime.hanging.end_skipped_commits`), at most every
-        ``_SWEEP_INTERVAL_S`` after a commit. Bounded; a failure waits for the next interval."""
-        now = time.monotonic()
-        if not self._sweep_due(owned, now):
+        (:func:`processor.runtime.hanging.end_skipped_commits`), when ``owned.sweeps`` says it
+        is due (bounded; one that fails is tried again later)."""
+        if owned.lost or owned.discarded:
             return
-        owned.swept_at = now
-        owned.committed_since_sweep = not await hanging.sweep(
+        await hanging.sweep(
             owned.producer,
+            owned.sweeps,
+            time.monotonic(),
             transactional_id=f"{self.group}.executor.{owned.partition}",
             topics=(self.topics.executions, self.topics.results, self.topics.status),
             owner="executor",
             partition=owned.partition,
-            timeout=_SWEEP_TIMEOUT_S,
         )
 
     async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
@@ -226,7 +215,7 @@ class Transactions(ClientState):
                 owned.discarded = True  # the next attempt starts with a new producer
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
                 continue
-            owned.committed_since_sweep = True
+            owned.sweeps.committed = True
             if offset is not None and offset >= (owned.pending_offset or 0):
                 owned.pending_offset = None
             return
@@ -273,7 +262,7 @@ class Transactions(ClientState):
                 extra=fields(partition=owned.partition, dispatch_id=dispatch_id),
             )
 
-    def _unended_due(self, fetched: set[int]) -> list[_Owned]:
+    def _flush_due(self, fetched: set[int]) -> list[_Owned]:
         """Partitions with no record fetched that are due a flush: their kept ends of claimed
         calls another try (a fetch writes them before its first record; the last try was
         ``_UNENDED_RETRY_SECONDS`` ago or more), or their sweep (:meth:`_sweep_skipped`)."""
@@ -290,7 +279,8 @@ class Transactions(ClientState):
         return due + [
             owned
             for owned in self._owned.values()
-            if owned.partition not in fetched and not owned.unended and self._sweep_due(owned, now)
+            if owned.partition not in fetched and not owned.unended
+            if not (owned.lost or owned.discarded) and owned.sweeps.due(now)
         ]
 
     async def _write_unended(self, owned: _Owned) -> None:

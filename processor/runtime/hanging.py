@@ -32,6 +32,7 @@ import logging
 import shlex
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from aiokafka.structs import TopicPartition
@@ -55,6 +56,7 @@ __all__ = [
     "HangingError",
     "OpenTransaction",
     "Previous",
+    "SweepSchedule",
     "TransactionHeld",
     "abort_transactions",
     "across_retries",
@@ -281,21 +283,42 @@ async def end_skipped_commits(
     return skipped
 
 
+SWEEP_INTERVAL_S: Final = 30.0  # how often a producer's partitions are swept, after a commit
+SWEEP_TIMEOUT_S: Final = 5.0  # how long one sweep may take (a broker away: the next one asks)
+
+
+@dataclass
+class SweepSchedule:
+    """When a producer's output partitions are next swept (:func:`sweep`): at most every
+    ``SWEEP_INTERVAL_S``, and only after a commit since the last sweep that succeeded."""
+
+    committed: bool = False  # a commit since the last sweep that succeeded
+    swept_at: float = 0.0  # monotonic time of the last sweep
+
+    def due(self, now: float) -> bool:
+        return self.committed and now - self.swept_at >= SWEEP_INTERVAL_S
+
+
 async def sweep(
     producer: Any,
+    schedule: SweepSchedule,
+    now: float,
     *,
     transactional_id: str,
     topics: Iterable[str],
     also: Iterable[TopicPartition] = (),
     owner: str,
     partition: int,
-    timeout: float,
-) -> bool:
+) -> None:
     """:func:`end_skipped_commits` for ``producer`` (an AIOKafkaProducer between two of its
-    transactions) over every partition of ``topics`` and ``also``, within ``timeout``. False
-    when it could not ask (a broker away; logged): the caller asks again later."""
+    transactions) over every partition of ``topics`` and ``also``, when ``schedule`` says it is
+    due, within ``SWEEP_TIMEOUT_S``. One that could not ask (a broker away) is logged and
+    leaves the schedule due at the next interval."""
+    if not schedule.due(now):
+        return
+    schedule.swept_at = now
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(SWEEP_TIMEOUT_S):
             partitions = await partitions_of(producer.client, topics) + list(also)
             await end_skipped_commits(
                 producer.client,
@@ -310,8 +333,8 @@ async def sweep(
             "sweep for skipped commit markers failed; tried again later",
             extra=fields(partition=partition, owner=owner, error=type(exc).__name__),
         )
-        return False
-    return True
+        return  # still due: the next interval asks again
+    schedule.committed = False
 
 
 # transactional id → the labels of its held gauge (one error line per hold)

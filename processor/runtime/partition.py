@@ -131,9 +131,6 @@ _MAX_TRACES: Final = 10_000
 # how long after a transaction's timeout a coordinator may take to abort it
 # (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by default) and a margin
 _COORDINATOR_ABORT_INTERVAL_S: Final = 15.0
-# how often a partition looks for commit markers the coordinator skipped, and for how long
-_SWEEP_INTERVAL_S: Final = 30.0
-_SWEEP_TIMEOUT_S: Final = 5.0
 _UNPARSED: Final = object()  # a record that is not JSON (the Assembler says why)
 _ALLOWED: Final = {"fragments": FRAGMENT_TYPES, "control": CONTROL_TYPES}
 
@@ -226,8 +223,7 @@ class PartitionTask:
         # what the last unfinished fence read of the transaction before it (hanging.across_retries)
         self.fenced_before: hanging.Previous | None = None
         # the sweep for commit markers the coordinator skipped (sweep_skipped)
-        self.committed_since_sweep = False
-        self.swept_at = 0.0
+        self.sweeps = hanging.SweepSchedule()
 
     @property
     def transactional_id(self) -> str:
@@ -380,22 +376,18 @@ class PartitionTask:
     async def sweep_skipped(self, now: float) -> None:
         """Between two transactions: COMMIT what the coordinator committed for us without a
         marker on an output partition (:func:`~processor.runtime.hanging.end_skipped_commits`),
-        at most every ``_SWEEP_INTERVAL_S`` and only after a commit since the last sweep.
-        Bounded; a failure is logged and the next interval tries again."""
-        producer = self.producer
-        if producer is None or not self.committed_since_sweep:
+        when :attr:`sweeps` says it is due (bounded; one that fails is tried again later)."""
+        if self.producer is None:
             return
-        if now - self.swept_at < _SWEEP_INTERVAL_S:
-            return
-        self.swept_at = now
-        self.committed_since_sweep = not await hanging.sweep(
-            producer,
+        await hanging.sweep(
+            self.producer,
+            self.sweeps,
+            now,
             transactional_id=self.transactional_id,
             topics=sorted({self.topics.output(kind) for kind in OUTPUT_TOPIC.values()}),
             also=[TopicPartition(self.topics.changelog, self.partition)],
             owner="worker",
             partition=self.partition,
-            timeout=_SWEEP_TIMEOUT_S,
         )
 
     async def _end_hanging(
@@ -754,7 +746,7 @@ class PartitionTask:
             self.producer, step.plan, group_id=self.settings.group_id, timeout=timeout
         )
         self.expected.update(step.plan.offsets)
-        self.committed_since_sweep = True
+        self.sweeps.committed = True
         if committed.changelog_next is not None:
             self.changelog_next = committed.changelog_next
             self._store_committed(step.changes, committed.changelog_next)

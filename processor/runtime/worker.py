@@ -372,7 +372,9 @@ class Worker:
             await asyncio.gather(*commits)
         # between transactions: what the coordinator committed without a marker (bounded)
         clock = time.monotonic()
-        await asyncio.gather(*(t.sweep_skipped(clock) for t in self.manager.ready_tasks()))
+        sweeping = [t for t in self.manager.ready_tasks() if t.sweeps.due(clock)]
+        if sweeping:
+            await asyncio.gather(*(t.sweep_skipped(clock) for t in sweeping))
         self._resume_fragments(consumer, tasks)
 
     def _pause_fragments(

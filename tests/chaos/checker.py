@@ -264,15 +264,20 @@ def judge(
         want = _USER_STATE.get(ledger_state.get(k, "none"), "none")
         if told.get(k, {"none"}) != {want}:
             v.status_mismatch.append((k, ledger_state.get(k, "none"), sorted(told.get(k, set()))))
+
+    def ledger_rows(k: CallKey) -> list[tuple[Any, ...]]:
+        """Where each ledger record of ``k`` lies, and what it says."""
+        return [
+            (p, round(t, 3), r.get("_offset"), r.get("state"), r.get("terminal_reason"))
+            for p, t, r in ledger
+            if key(r) == k
+        ]
+
     for k in v.lost[:5]:  # what the ledger says of each lost call (nothing: no entry at all)
         v.lost_details.append(
             {
                 "call": k,
-                "ledger": [
-                    (p, round(t, 3), r.get("_offset"), r.get("state"), r.get("terminal_reason"))
-                    for p, t, r in ledger
-                    if key(r) == k
-                ],
+                "ledger": ledger_rows(k),
                 "status": [(p, round(t, 3), r.get("state")) for p, t, r in status if key(r) == k],
             }
         )
@@ -285,11 +290,7 @@ def judge(
                     for p, t, r in status
                     if key(r) == k
                 ],
-                "ledger": [
-                    (p, round(t, 3), r.get("_offset"), r.get("state"), r.get("terminal_reason"))
-                    for p, t, r in ledger
-                    if key(r) == k
-                ],
+                "ledger": ledger_rows(k),
             }
         )
     for k in v.duplicated[:5]:

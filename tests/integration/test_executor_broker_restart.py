@@ -35,7 +35,9 @@ And whatever wait may still hang: a loop that makes no progress for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -166,21 +168,25 @@ async def _outcomes(runtime: Runtime) -> dict[str, list[tuple[str, str | None]]]
     return recorded
 
 
-def _failing_outcomes(runtime: Runtime) -> tuple[Recorder, Executor]:
+@contextlib.asynccontextmanager
+async def _failing_outcomes(runtime: Runtime) -> AsyncIterator[tuple[Recorder, Executor, str]]:
+    """A running executor whose outcomes' transactions fail, and the one call it claimed."""
     recorder = Recorder()
     executor = Executor(
         runtime.settings, recorder.handlers, group=group_of(runtime), client_cls=_OutcomesFail
     )
-    return recorder, executor
+    await executor.start()
+    try:
+        [claimed] = await _send(runtime, 1)
+        yield recorder, executor, claimed
+    finally:
+        await executor.stop()
 
 
 async def test_an_end_that_could_not_be_written_is_written_later_without_a_rebalance(
     runtime: Runtime,
 ) -> None:
-    recorder, executor = _failing_outcomes(runtime)
-    await executor.start()
-    try:
-        [claimed] = await _send(runtime, 1)
+    async with _failing_outcomes(runtime) as (recorder, executor, claimed):
 
         async def kept() -> bool:
             return any(o.unended for o in executor.client._owned.values())
@@ -195,25 +201,18 @@ async def test_an_end_that_could_not_be_written_is_written_later_without_a_rebal
         later = await _send(runtime, 2, start=1)
         assert not await _reported(runtime, later, executor)
         assert len(recorder.dispatch_ids) == 3  # each ran once
-    finally:
-        await executor.stop()
 
 
 async def test_an_end_that_can_never_be_written_gives_the_partition_up_and_is_unknown(
     runtime: Runtime,
 ) -> None:
-    recorder, executor = _failing_outcomes(runtime)
-    await executor.start()
-    try:
-        [claimed] = await _send(runtime, 1)
+    async with _failing_outcomes(runtime) as (recorder, executor, claimed):
         missing = await _reported(runtime, {claimed}, executor)
         assert not missing, "the claim stayed open and the call unreported"
         # the partition was taken again (no rebalance), and the take reported it from its claim
         assert (await _outcomes(runtime))[claimed] == [("unknown", "executor_interrupted")]
         assert recorder.dispatch_ids == [claimed]  # run once, never again
         assert executor.client.owned_partitions() == [0]
-    finally:
-        await executor.stop()
 
 
 class _HangingFence(ExecutorClient):
