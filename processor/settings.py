@@ -67,6 +67,7 @@ class LimitsSettings(BaseModel):
     max_turns_per_tenant: int = Field(default=Limits.max_turns_per_tenant, gt=0)
     max_inert_calls: int = Field(default=Limits.max_inert_calls, gt=0)
     max_responses: int = Field(default=Limits.max_responses, gt=0)
+    max_denials_per_turn: int = Field(default=Limits.max_denials_per_turn, gt=0)
 
     def to_limits(self) -> Limits:
         return Limits(**self.model_dump())

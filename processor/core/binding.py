@@ -89,8 +89,12 @@ class TurnBinding(ResponseGate):
         return any(self._forget_oldest_turn(t) for t in fair_share_payers(by_tenant, tenant))
 
     def _forget_oldest_turn(self, tenant: str) -> bool:
+        turns = self.control.turns
         for turn_id in self.control.bindings_by_tenant.get(tenant, ()):
-            if (tenant, turn_id) not in self._active_by_turn:  # at most its open calls skipped
+            # skipped: a turn with open calls, and one holding denials (a safety fact, kept)
+            if (tenant, turn_id) not in self._active_by_turn and not turns[
+                (tenant, turn_id)
+            ].denied:
                 self.control.drop_turn(tenant, turn_id)
                 self._mark(turn_state_key(tenant, turn_id))
                 self.turn_evictions += 1

@@ -6,21 +6,8 @@ new calls until enabled or resumed, and every command id is remembered so a repl
 refused. Everything here is plain data with a snapshot form for the state changelog; the
 Assembler decides what to do with it.
 
-**Command ids.** A command id is remembered in its *scope*: the command's type, its signer (the
-operator key id of a signed command, ``unsigned`` otherwise), its tenant and its target (turn,
-response, call key or tool) and the id itself (:func:`command_scope`). An unsigned record, another
-operator's key, another tenant or another target can therefore never consume the id of a signed
-command. Within a scope the rule depends on what the command does (:data:`COMMAND_CLASS`):
-
-- commands that only make things safer (``turn.cancelled``, ``call.denied``,
-  ``response.quarantined``, ``tool.disabled``, ``tenant.stopped``) are never dropped as replays:
-  an identical repeat (same id, same content) is a no-op audited ``duplicate``; the same id with a
-  different content is audited ``conflict`` and the command is applied all the same;
-- commands that grant (``call.confirmed``, ``tool.enabled``, ``tenant.resumed``) are strictly
-  deduplicated: a second sight of the id in its scope is ``replayed`` and not applied.
-
-The executor's fence (``processor.executor.fence``) applies the same rule through
-:func:`judge_command`. Seen ids are forgotten after the retention window, like every inert fact.
+**Command ids** (replay protection) are :mod:`processor.core.command_ids`'s; the table of seen
+ids lives here (``seen_commands``) with the other facts.
 
 **State keys** are ``kind:`` followed by :func:`~processor.core.events.encode_key` of the parts,
 injective for any strings (a separator, quotes, U+001F or a lone surrogate inside an id cannot
@@ -29,69 +16,17 @@ make two keys meet or a key unreadable), so ``restore`` reads back exactly what 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, fields
-from enum import StrEnum
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
-from processor.core.events import (
-    OPERATOR_TYPES,
-    CallConfirmed,
-    CallDenied,
-    OperatorCommand,
-    ResponseQuarantined,
-    TenantResumed,
-    TenantStopped,
-    ToolDisabled,
-    ToolEnabled,
-    TurnCancelled,
-    decode_key,
-    encode,
-    encode_key,
-)
+from processor.core.command_ids import SeenCommand
+from processor.core.events import decode_key, encode_key
 from processor.core.states import TerminalReason
-
-Command = TurnCancelled | CallConfirmed | CallDenied | OperatorCommand
-"""Every control record that carries a replay-protected ``command_id``."""
-
-
-class CommandClass(StrEnum):
-    SAFETY = "safety"  # only makes things safer: never dropped as a replay
-    GRANT = "grant"  # grants or restores something: strictly deduplicated
-
-
-COMMAND_CLASS: Final[dict[str, CommandClass]] = {
-    "turn.cancelled": CommandClass.SAFETY,
-    "call.denied": CommandClass.SAFETY,
-    "response.quarantined": CommandClass.SAFETY,
-    "tool.disabled": CommandClass.SAFETY,
-    "tenant.stopped": CommandClass.SAFETY,
-    "call.confirmed": CommandClass.GRANT,
-    "tool.enabled": CommandClass.GRANT,
-    "tenant.resumed": CommandClass.GRANT,
-}
-
-
-class Verdict(StrEnum):
-    """What replay protection says of one command (see the module docstring)."""
-
-    NEW = "new"  # apply
-    CONFLICT = "conflict"  # a safety command whose id was used by another one: apply, audit
-    DUPLICATE = "duplicate"  # a safety command repeated identically: no-op
-    REPLAYED = "replayed"  # a granting command seen before: refuse
-
-    @property
-    def applies(self) -> bool:
-        return self in (Verdict.NEW, Verdict.CONFLICT)
-
-
-UNSIGNED: Final = "unsigned"
-
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
@@ -107,53 +42,6 @@ def _plain(record: Any) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class SeenCommand:
-    """A remembered command id: when it was first seen and its content digest."""
-
-    at: float
-    digest: str
-
-
-def command_scope(event: Command) -> str:
-    """The encoded scope a command id is remembered in: (type, signer, tenant, target…, id)."""
-    signer = UNSIGNED
-    target: tuple[str | None, ...]
-    match event:
-        case TurnCancelled():
-            target = (event.tenant, event.turn_id)
-        case CallConfirmed() | CallDenied():
-            target = event.key.as_tuple
-        case ResponseQuarantined():
-            target = (event.tenant, event.turn_id, event.response_id)
-        case ToolDisabled() | ToolEnabled():
-            target = (event.tenant, event.tool)
-        case TenantStopped() | TenantResumed():
-            target = (event.tenant,)
-    if isinstance(event, OPERATOR_TYPES):
-        signer = event.key_id or UNSIGNED
-    return encode_key((event.type, signer, *target, event.command_id))
-
-
-def command_digest(event: Command) -> str:
-    """The content of a command, as a digest (two copies of one command share it)."""
-    return hashlib.sha256(encode(event)).hexdigest()[:32]
-
-
-def judge_command(seen: dict[str, SeenCommand], event: Command, now: float) -> tuple[Verdict, str]:
-    """Replay protection for one command: its verdict and its scope (remembered when new)."""
-    scope = command_scope(event)
-    known = seen.get(scope)
-    if known is None:
-        seen[scope] = SeenCommand(at=now, digest=command_digest(event))
-        return Verdict.NEW, scope
-    if COMMAND_CLASS[event.type] is CommandClass.GRANT:
-        return Verdict.REPLAYED, scope
-    if known.digest == command_digest(event):
-        return Verdict.DUPLICATE, scope
-    return Verdict.CONFLICT, scope
-
-
-@dataclass(slots=True)
 class TurnRecord:
     tenant: str
     turn_id: str
@@ -161,6 +49,11 @@ class TurnRecord:
     session: str | None = None
     cancelled: str | None = None  # TerminalReason value once cancelled (absorbing)
     last_seen: float = 0.0
+    # calls of this turn denied by ``call.denied``, whenever it was committed (before the call
+    # exists, while it streams, while it waits): (response_id, item_id, call_id) -> command id.
+    # A safety fact: a denied call never dispatches, and the turn is not forgotten early for
+    # room while it holds one (only by retention, as a cancellation is).
+    denied: dict[tuple[str, str, str], str] | None = None
 
 
 @dataclass(slots=True)
@@ -288,6 +181,19 @@ class ControlState:
             self.responses[key] = record
             self.responses_by_tenant.setdefault(key[0], OrderedDict())[key] = None
 
+    def deny(self, record: TurnRecord, call: tuple[str, str, str], command_id: str) -> None:
+        """Remember that ``call`` of the turn ``record`` is denied (the first denial stands)."""
+        if record.denied is None:
+            record.denied = {}
+        record.denied.setdefault(call, command_id)
+
+    def denial(self, tenant: str, turn_id: str, call: tuple[str, str, str]) -> str | None:
+        """The command id that denied ``call`` of the turn, if one did."""
+        turn = self.turns.get((tenant, turn_id))
+        if turn is None or turn.denied is None:
+            return None
+        return turn.denied.get(call)
+
     def tool_disabled(self, tenant: str, tool: str) -> bool:
         return (tenant, tool) in self.disabled_tools or ("*", tool) in self.disabled_tools
 
@@ -388,7 +294,7 @@ class ControlState:
         if kind == "turn":
             tenant, turn_id = decode_key(rest)
             turn = self.turns.get((tenant, turn_id))
-            return _plain(turn) if turn else None
+            return _turn_value(turn) if turn else None
         if kind == "resp":
             t, u, r = decode_key(rest)
             response = self.responses.get((t, u, r))
@@ -416,7 +322,7 @@ class ControlState:
             tenant, turn_id = decode_key(rest)
             self.drop_turn(tenant, turn_id)
             if value:
-                self._add_turn(TurnRecord(**value))
+                self._add_turn(_turn_from_value(value))
         elif kind == "resp":
             t, u, r = decode_key(rest)
             self._put_response((t, u, r), ResponseRecord(**value) if value else None)
@@ -430,6 +336,36 @@ class ControlState:
             _put(self.seen_commands, rest, SeenCommand(**value) if value else None)
         else:
             raise KeyError(key)
+
+
+def _turn_value(turn: TurnRecord) -> dict[str, Any]:
+    """A turn's changelog value; its denials as ``[response_id, item_id, call_id, command_id]``
+    rows, and only when it has some (a turn without denials is written as before them)."""
+    value = _plain(turn)
+    denied = value.pop("denied")
+    if denied:
+        value["denied"] = [[*call, command_id] for call, command_id in denied.items()]
+    return value
+
+
+def _turn_from_value(value: dict[str, Any]) -> TurnRecord:
+    """The turn a changelog value describes. Raises TypeError or ValueError on a value that is
+    not one (a denial row that is not four strings included: a store that cannot say which
+    calls are denied is not read as one that denies none)."""
+    value = dict(value)
+    rows = value.pop("denied", None)
+    denied: dict[tuple[str, str, str], str] | None = None
+    if rows is not None:
+        if not isinstance(rows, list):
+            raise TypeError("a turn's denials are a list")
+        denied = {}
+        for row in rows:
+            if not (
+                isinstance(row, list) and len(row) == 4 and all(isinstance(p, str) for p in row)
+            ):
+                raise ValueError("a turn's denial is four strings")
+            denied[(row[0], row[1], row[2])] = row[3]
+    return TurnRecord(**value, denied=denied or None)
 
 
 def turn_state_key(tenant: str, turn_id: str) -> str:

@@ -3,7 +3,7 @@
 Owns ``turn.cancelled``, ``call.confirmed`` / ``call.denied`` (bound to the turn's actor, the
 digest and the confirmation deadline, judged by record time), the operator commands (quarantine a
 response, disable/enable a tool, stop/resume a tenant; verified by the keyring first) and replay
-protection (``_admit``: ``control.judge_command`` with the bounded set of seen ids).
+protection (``_admit``: ``command_ids.judge_command`` with the bounded set of seen ids).
 
 Must not handle fragments or response verdicts, and must not drop a command that makes things
 safer (invariant 11). See :mod:`processor.core.assembly_state` for why this is a layer of one
@@ -14,16 +14,18 @@ from __future__ import annotations
 from processor.core import outputs
 from processor.core.binding import TurnBinding
 from processor.core.buffer import CallBuffer
-from processor.core.control import (
+from processor.core.command_ids import (
     COMMAND_CLASS,
     Command,
     CommandClass,
-    Flag,
     Verdict,
-    cancel_reason,
     command_scope,
-    command_state_key,
     judge_command,
+)
+from processor.core.control import (
+    Flag,
+    cancel_reason,
+    command_state_key,
     response_state_key,
     tenant_state_key,
     tool_slot,
@@ -84,16 +86,60 @@ class ControlCommands(TurnBinding):
     def _on_denied(
         self, event: CallDenied, now: float, written: float, out: list[OutputRecord]
     ) -> None:
+        """A denial sticks to its call key from whenever it is committed (invariant 11).
+
+        Before the call exists, while it streams, while it waits for its response, its
+        binding or a confirmation: the denial is remembered on its turn (in the changelog, so
+        it survives restarts and moves with the partition) and the call ends
+        ``confirmation_denied`` now or as soon as it opens; it never dispatches, whatever
+        confirmation comes later. Like a confirmation it counts only from the turn's bound
+        actor (:mod:`processor.executor.fence` applies the same rule); a denial that comes
+        before the binding is kept, as the fence keeps it. A denial of a call that is already
+        terminal is remembered all the same: an executor's fence refuses a dispatched call
+        that a denial committed before it runs names (``processor.executor.fence``). Past
+        ``Limits.max_denials_per_turn`` the whole turn is cancelled instead (never dropped).
+        """
         outcome = self._admit(event, now, out)
         if outcome is None:
             return
-        buf = self.calls.get(event.key)
-        problem = self._confirmation_problem(buf, event.actor, written)
-        if problem is not None or buf is None:
-            out.append(outputs.audit(event, AuditOutcome.REJECTED, problem, [], now))
+        tenant, turn_id = event.tenant, event.turn_id
+        turn = self.control.turn(tenant, turn_id)
+        if turn is not None and turn.actor is not None and turn.actor != event.actor:
+            out.append(outputs.audit(event, AuditOutcome.REJECTED, "wrong_actor", [], now))
             return
-        out.append(outputs.audit(event, outcome, None, [buf.key], now))
-        self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
+        key = event.key
+        call = (key.response_id, key.item_id, key.call_id)
+        if turn is None and not self._room_for_turn(tenant):
+            turn = None  # no room for its record: the turn is cancelled below, never dropped
+        else:
+            turn = self.control.ensure_turn(tenant, turn_id, now)
+        denied = turn.denied if turn is not None else None
+        if turn is None or (
+            call not in (denied or ()) and len(denied or ()) >= self.limits.max_denials_per_turn
+        ):
+            self._cancel_for_denial(event, outcome, now, out)
+            return
+        self.control.deny(turn, call, event.command_id)
+        self._mark(turn_state_key(tenant, turn_id))
+        buf = self.calls.get(key)
+        affected: list[CallKey] = []
+        if buf is not None and not buf.state.absorbing:
+            affected = [buf.key]
+            self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
+        out.append(outputs.audit(event, outcome, None, affected, now))
+
+    def _cancel_for_denial(
+        self, event: CallDenied, outcome: AuditOutcome, now: float, out: list[OutputRecord]
+    ) -> None:
+        """A denial that cannot be remembered on its own (its turn holds
+        ``max_denials_per_turn`` of them, or no turn record can be made) cancels the turn."""
+        reason = TerminalReason.TURN_CANCELLED
+        turn = self.control.ensure_turn(event.tenant, event.turn_id, now)
+        if turn.cancelled is None:
+            self.control.cancel_turn(turn, reason.value)
+            self._mark(turn_state_key(event.tenant, event.turn_id))
+        affected = self._stop(self._turn_calls(event.tenant, event.turn_id), reason, now, out)
+        out.append(outputs.audit(event, outcome, None, affected, now))
 
     def _confirmation_problem(
         self, buf: CallBuffer | None, actor: str, written: float
@@ -176,7 +222,7 @@ class ControlCommands(TurnBinding):
         return frozenset({self._canonical_tool(buf.tool or "")})
 
     def _admit(self, event: Command, now: float, out: list[OutputRecord]) -> AuditOutcome | None:
-        """Replay protection (``control.judge_command``): the outcome to audit once the command
+        """Replay protection (``command_ids.judge_command``): the outcome to audit once the command
         is applied, or None when it must not be (audited here: ``duplicate`` or ``replayed``).
 
         The set of remembered ids is bounded (``Limits.max_seen_commands``): when it is full, a

@@ -57,6 +57,8 @@ class Fragments(ControlCommands):
         else:
             key = event.key
             refusal = self.control.refusal(ids[0], ids[1], ids[2])
+            if refusal is None and self.control.denial(ids[0], ids[1], ids[2:]) is not None:
+                refusal = TerminalReason.CONFIRMATION_DENIED  # denied before it opened
             if refusal is None:
                 refusal = self._capacity_refusal(key.tenant, now, out)
             buf = self._new_buffer(key, now, refusal is None)

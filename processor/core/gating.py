@@ -197,6 +197,11 @@ class ResponseGate(Changelog):
     ) -> None:
         assert buf.arguments is not None and buf.args_digest is not None
         assert buf.tool_name is not None and buf.terminal_event_id is not None
+        key = buf.key
+        if self.control.denial(key.tenant, key.turn_id, key.as_tuple[2:]) is not None:
+            # a denial ends the call when it is applied; this is the last gate all the same
+            self._terminate(buf, TerminalReason.CONFIRMATION_DENIED, now, out)
+            return
         buf.dispatch_id = stable_id("dispatch", buf.encoded_key, buf.terminal_event_id)
         out.append(outputs.dispatch(buf, confirmation, now))
         self._terminate(buf, TerminalReason.DISPATCHED, now, out)

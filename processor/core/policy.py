@@ -58,6 +58,10 @@ class Limits:
     # open call or a quarantine of the tenant holding the most is forgotten early, and that
     # tenant's fragment events dated up to its last sighting plus the skew become stale.
     max_responses: int = 200_000
+    # How many calls of one turn a partition remembers as denied (call.denied, committed at any
+    # time). A denial is never dropped: one past the bound cancels the whole turn instead
+    # (``turn_cancelled``), which denies every call of it.
+    max_denials_per_turn: int = 1_000
 
     def call_bytes(self, declaration: ToolDeclaration | None) -> int:
         if declaration is not None and declaration.limits.max_bytes is not None:

@@ -209,10 +209,7 @@ class Registry:
             t.namespace for t in tools if t.namespace is not None
         )
         """The namespaces some tool declares (a call in any other one resolves nothing)."""
-        self._switch_names = {
-            (t.namespace, t.name): frozenset(self.canonical_switch(n) for n in (t.name, *t.aliases))
-            for t in tools
-        }
+        self._switch_names = {(t.namespace, t.name): self._switches_of(t) for t in tools}
 
     def _add(self, namespace: str | None, name: str, resolution: Resolution) -> None:
         key = (namespace, name)
@@ -237,14 +234,21 @@ class Registry:
 
     def switch_names(self, declaration: ToolDeclaration) -> frozenset[str]:
         """The switch names that stop ``declaration``: :meth:`canonical_switch` of its name
-        and of each alias. A switch names a tool without a namespace, so it stops that name
-        in every namespace (broader than one tool: the safe side)."""
+        and of each alias, and for a namespaced tool also each of them in the printed form
+        ``namespace.name`` that ``processor tail`` and ``replay`` show (so a switch copied
+        from their output stops the tool it names, and only that namespace's). A bare switch
+        name stops that name in every namespace (broader than one tool: the safe side)."""
         found = self._switch_names.get((declaration.namespace, declaration.name))
         if found is None:  # a declaration from elsewhere: computed, not cached
-            found = frozenset(
-                self.canonical_switch(n) for n in (declaration.name, *declaration.aliases)
-            )
+            found = self._switches_of(declaration)
         return found
+
+    def _switches_of(self, declaration: ToolDeclaration) -> frozenset[str]:
+        names = (declaration.name, *declaration.aliases)
+        found = {self.canonical_switch(n) for n in names}
+        if declaration.namespace is not None:
+            found.update(f"{declaration.namespace}.{n}" for n in names)
+        return frozenset(found)
 
     @classmethod
     def from_document(

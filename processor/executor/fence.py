@@ -25,13 +25,13 @@ whatever a worker would have refused had it seen the same control events first:
   ``control`` ``message.timestamp.type=LogAppendTime``, so the append time is the broker's and
   producer clocks are out of the picture; the floor still guards a ``control`` topic created
   with producer timestamps (CreateTime);
-- command ids follow the worker's replay rule (:func:`processor.core.control.judge_command`): an id
-  is remembered in its scope (type, signer, tenant, target), so no unsigned record, other
+- command ids follow the worker's replay rule (:func:`processor.core.command_ids.judge_command`): an
+  id is remembered in its scope (type, signer, tenant, target), so no unsigned record, other
   operator, other tenant or other target can consume it; a command that only makes things safer
   (cancel, deny, quarantine, disable, stop) always applies (an identical repeat is a no-op
-  ``duplicate``, a reused id with a different content applies as ``conflict``), and a granting
-  one (confirm, enable, resume) is strictly deduplicated (the copies a fan-out writes land on
-  different partitions, and every partition has its own :class:`FenceState`);
+  ``duplicate``, a reused id with a different content applies as ``conflict``), and a granting one
+  (confirm, enable, resume) is strictly deduplicated (the copies a fan-out writes land on different
+  partitions, and every partition has its own :class:`FenceState`);
 - records are decoded strictly (:func:`processor.core.events.decode_input`): a time that is not a
   finite number, or that lies more than ``clock_skew_seconds`` after the record's append time, is
   undecodable, and a confirmation's age is counted from the earlier of its ``issued_at`` and its
@@ -59,7 +59,7 @@ from enum import StrEnum
 from typing import Final
 
 from processor.core.authn import CommandVerifier
-from processor.core.control import SeenCommand, Verdict, judge_command
+from processor.core.command_ids import SeenCommand, Verdict, judge_command
 from processor.core.errors import RecordRejected
 from processor.core.events import (
     CallConfirmed,

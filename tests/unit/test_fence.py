@@ -327,6 +327,19 @@ def test_denial_by_the_bound_actor_wins_over_an_earlier_confirmation() -> None:
     assert code(fence, dispatch(confirmation_ref=c.command_id)) is RefusalCode.CONFIRMATION_DENIED
 
 
+def test_a_denial_before_the_binding_and_the_dispatch_refuses_the_call() -> None:
+    """Issue 38, item 1: a denial committed at any time before the call runs stops it, with or
+    without a confirmation, also when it came before the turn's binding."""
+    fence = FenceState(verifier=KEYRING)
+    fence.apply(denied(), NOW)
+    fence.apply(started(), NOW)
+    c = confirmed()
+    fence.apply(c, NOW)
+    assert code(fence) is RefusalCode.CONFIRMATION_DENIED
+    assert code(fence, dispatch(confirmation_ref=c.command_id)) is RefusalCode.CONFIRMATION_DENIED
+    assert code(fence, dispatch(call_id="c2")) is None  # one call key only
+
+
 def test_repeated_confirmation_id_is_a_replay() -> None:
     fence = bound_fence()
     c = confirmed()

@@ -262,13 +262,12 @@ def _same_control(first: Assembler, second: Assembler) -> None:
 @pytest.mark.parametrize("hostile", HOSTILE_IDS)
 def test_2_state_keys_survive_ids_that_validation_refuses(hostile: str) -> None:
     """Defense in depth: state written for any strings reads back exactly (keys and values)."""
+    from processor.core.command_ids import SeenCommand, command_scope
     from processor.core.control import (
         ControlState,
         Flag,
         ResponseRecord,
-        SeenCommand,
         TurnRecord,
-        command_scope,
         command_state_key,
         decode_state_value,
         encode_state_value,

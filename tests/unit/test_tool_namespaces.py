@@ -203,6 +203,42 @@ def test_a_tool_switch_names_no_namespace_and_stops_the_name_in_every_namespace(
     assert {r.ledger(c).terminal_reason for c in ("c1", "c2", "c3")} == {"tool_disabled"}
 
 
+def test_a_switch_in_the_printed_form_stops_that_namespaces_tool() -> None:
+    """Issue 38, item 14: ``tool.disabled crm.transfer`` (the form ``tail`` and ``replay``
+    print) stops crm's transfer, at the worker and at the executor's fence, and only it."""
+    tools = (tool(), tool(namespace="crm"), tool("send", namespace="crm", aliases=["wire"]))
+    registry = reg(*tools)
+    r = Run(assembler=Assembler(registry, Limits(), verifier=AllowUnsigned()))
+    r.feed(disable("crm.transfer"), disable("crm.wire", "off-2"))
+    namespaced(r, "crm", "c1")
+    namespaced(r, None, "c2")
+    call = Call(call_id="c3", item_id="c3", response_id="r-c3", namespace="crm")
+    r.feed(*call.stream(ARGS, tool="send"))
+    assert [d.call_id for d in r.dispatches] == ["c2"]
+    assert {r.ledger(c).terminal_reason for c in ("c1", "c3")} == {"tool_disabled"}
+
+    def switch_names(name: str, namespace: str | None) -> frozenset[str] | None:
+        resolution = registry.resolve(name, namespace)
+        return registry.switch_names(resolution.declaration) if resolution else None
+
+    def canonical(name: str) -> str | None:
+        resolution = registry.resolve(name)
+        return resolution.declaration.name if resolution else None
+
+    crm = run(*tools)
+    namespaced(crm, "crm", "c1")
+    namespaced(crm, None, "c2")
+    fence = FenceState(
+        verifier=AllowUnsigned(), canonical_tool=canonical, switch_names=switch_names
+    )
+    fence.apply(turn_started(), 100.0)
+    fence.apply(disable("crm.transfer"), 100.0)
+    verdicts = {d.call_id: fence.check(d, 101.0) for d in crm.dispatches}
+    assert verdicts["c2"] is None
+    refusal = verdicts["c1"]
+    assert refusal is not None and refusal.code is RefusalCode.TOOL_DISABLED
+
+
 def test_the_namespace_survives_the_changelog() -> None:
     tools = (tool(), tool(namespace="crm", version="crm"))
     first = Assembler(reg(*tools), Limits())
