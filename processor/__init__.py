@@ -15,6 +15,8 @@ jsonschema or any provider SDK::
 * offline: :class:`Assembler`, :class:`Registry` / :func:`load_registry`, :class:`Limits` and
   the wire events (:class:`CallStarted` … :class:`Dispatch`), :func:`encode`;
 * adapters: :class:`TurnContext`, :class:`StreamAdapter` and one adapter per provider protocol;
+  :func:`tool_definitions`, the registry's tools in a provider's own shape (what the model is
+  offered);
 * gateways: :class:`Publisher`, :class:`BlockingPublisher`, :func:`publish_events`,
   :func:`tee_stream`, :func:`tee_stream_sync`, :class:`TeeState`, :func:`tee_response`,
   :func:`tee_response_sync`;
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from processor.adapters.base import StreamAdapter, TurnContext
     from processor.adapters.bedrock import BedrockConverseAdapter
     from processor.adapters.gemini import GeminiAdapter
+    from processor.adapters.offer import tool_definitions
     from processor.adapters.openai_chat import OpenAIChatAdapter
     from processor.adapters.openai_responses import OpenAIResponsesAdapter
     from processor.cli.toolsfile import load_registry
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
         InvalidTransition,
         LimitExceeded,
         MalformedJson,
+        OfferError,
         ProcessorError,
         ProtocolViolation,
         RecordRejected,
@@ -90,6 +94,7 @@ _ERRORS: Final = (
     "InvalidTransition",
     "LimitExceeded",
     "MalformedJson",
+    "OfferError",
     "ProcessorError",
     "ProtocolViolation",
     "RecordRejected",
@@ -126,6 +131,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "GeminiAdapter": "processor.adapters.gemini",
     "OpenAIChatAdapter": "processor.adapters.openai_chat",
     "OpenAIResponsesAdapter": "processor.adapters.openai_responses",
+    "tool_definitions": "processor.adapters.offer",
     # gateways
     "Publisher": "processor.runtime.publish",
     "BlockingPublisher": "processor.runtime.publish",
@@ -171,6 +177,7 @@ __all__ = [
     "LimitExceeded",
     "Limits",
     "MalformedJson",
+    "OfferError",
     "OpenAIChatAdapter",
     "OpenAIResponsesAdapter",
     "ProcessorError",
@@ -200,6 +207,7 @@ __all__ = [
     "tee_response_sync",
     "tee_stream",
     "tee_stream_sync",
+    "tool_definitions",
 ]
 
 

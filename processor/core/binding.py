@@ -151,6 +151,8 @@ class TurnBinding(ResponseGate):
         declaration = resolution.declaration
         buf.tool_name, buf.tool_version = declaration.name, declaration.version
         buf.alias_used = resolution.alias_used
+        if declaration.namespace != buf.namespace:  # called by its flattened name
+            buf.tool_namespace = declaration.namespace
         if text is None:
             text = buf.text()
         actor = turn.actor

@@ -56,6 +56,9 @@ class CallBuffer:
     tool_name: str | None = None  # canonical tool name after resolution
     tool_version: str | None = None
     alias_used: str | None = None
+    # the namespace of the tool it resolved to, when the call did not write it (a call by a
+    # namespaced tool's flattened name, processor.core.flat_names); None otherwise
+    tool_namespace: str | None = None
     arguments: dict[str, Any] | None = None
     args_digest: str | None = None
     expires_at: float | None = None  # confirmation deadline, when one is awaited
@@ -210,6 +213,11 @@ class CallBuffer:
         self.scanner.finish()
         return self.text()
 
+    @property
+    def resolved_namespace(self) -> str | None:
+        """The namespace of the tool the call names: as written, or as resolved."""
+        return self.tool_namespace if self.tool_namespace is not None else self.namespace
+
     # -- persistence (the state changelog) -----------------------------------------------
 
     _FACTS = (
@@ -227,6 +235,8 @@ class CallBuffer:
         data["reason"] = self.reason.value if self.reason else None
         if self.namespace is not None:  # written only when set: a bare tool's value is as before
             data["namespace"] = self.namespace
+        if self.tool_namespace is not None:  # the same
+            data["tool_namespace"] = self.tool_namespace
         return data
 
     @classmethod
@@ -238,6 +248,7 @@ class CallBuffer:
         for name in cls._FACTS:
             setattr(buf, name, data.get(name))
         buf.namespace = data.get("namespace")
+        buf.tool_namespace = data.get("tool_namespace")
         buf.contiguous = buf.contiguous or 0
         buf.reason = TerminalReason(data["reason"]) if data.get("reason") else None
         return buf

@@ -16,6 +16,7 @@
     │       └── ArgumentsMismatch   the provider's final arguments differ from the deltas
     ├── InvalidTransition       a (state, trigger) pair absent from the transition table (a bug)
     ├── RegistryError           a tool file that cannot be loaded (names file, tool and reason)
+    │   └── OfferError          a tool that cannot be offered in a provider's shape as declared
     ├── ConfigurationError      settings or topology that cannot run (e.g. co-partitioning)
     └── AdapterError            a provider chunk the adapter cannot read (→ inert response.ended)
 
@@ -95,6 +96,14 @@ class InvalidTransition(ProcessorError):
 
 class RegistryError(ProcessorError):
     reason = "registry_error"
+
+
+class OfferError(RegistryError):
+    """A registry entry that cannot be offered to a provider's model without changing what it
+    declares (``processor.adapters.offer``): a schema keyword the provider's schema dialect
+    lacks, a name it refuses, strict mode asked of a schema that does not allow it."""
+
+    reason = "not_offerable"
 
 
 class ConfigurationError(ProcessorError):

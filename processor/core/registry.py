@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from processor.core.errors import RegistryError
 from processor.core.fastschema import Check, compile_schema
+from processor.core.flat_names import flat_name
 from processor.core.formats import format_checker, jsonschema_module, used_formats
 from processor.core.mcp_pins import McpPin, parse_pin
 from processor.core.toolschema import (
@@ -100,6 +101,7 @@ class ToolDeclaration:
     business_validators: tuple[tuple[str, BusinessValidator], ...] = ()
     dispatch_on: DispatchOn = field(default_factory=lambda: DispatchOn.RESPONSE_END)
     namespace: str | None = None  # with ``name``, the tool's identity (None: a bare tool)
+    description: str = ""  # the reviewed text offered to the model (processor.adapters.offer)
     # an MCP server's tool: which server, and the digest of the reviewed definition
     mcp: McpPin | None = None
     # a shortcut for arguments that are certainly valid (processor.core.fastschema); None when
@@ -204,6 +206,19 @@ class Registry:
             self._add(tool.namespace, tool.name, Resolution(tool, None))
             for alias in tool.aliases:
                 self._add(tool.namespace, alias, Resolution(tool, alias))
+        for tool in tools:  # after every bare name: a flattened name never shadows one
+            if tool.namespace is None:
+                continue
+            for written in (tool.name, *tool.aliases):
+                flat = flat_name(tool.namespace, written)
+                other = self._by_name.get((None, flat))
+                if other is not None:
+                    raise RegistryError(
+                        detail=f"{tool.namespace}.{written} flattens to {flat!r} (the name "
+                        "providers without namespaces call it by), which already names "
+                        f"{_identity(other.declaration)}"
+                    )
+                self._by_name[(None, flat)] = Resolution(tool, flat)
         self.tools: tuple[ToolDeclaration, ...] = tuple(tools)
         self.namespaces: frozenset[str] = frozenset(
             t.namespace for t in tools if t.namespace is not None
@@ -222,7 +237,8 @@ class Registry:
         """The declaration for a name (and namespace) as the model wrote them, or None.
 
         Exact match on both: ``resolve("transfer", "crm")`` never finds a bare ``transfer``,
-        and ``resolve("transfer")`` never finds ``crm``'s."""
+        and ``resolve("transfer")`` never finds ``crm``'s; ``resolve("crm__transfer")``, its
+        flattened name (:mod:`processor.core.flat_names`), does."""
         return self._by_name.get((namespace, name))
 
     def canonical_switch(self, name: str) -> str:
@@ -406,8 +422,23 @@ def _declaration(
         business_validators=tuple(validators),
         dispatch_on=dispatch_on,
         namespace=namespace,
+        description=_description(entry.get("description"), where),
         mcp=mcp,
     )
+
+
+def _description(value: Any, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise RegistryError(detail=f"{where}: 'description' must be a string")
+    return value
+
+
+def _identity(declaration: ToolDeclaration) -> str:
+    if declaration.namespace is None:
+        return f"the bare tool {declaration.name!r}"
+    return f"{declaration.namespace}.{declaration.name}"
 
 
 def _is_namespace(value: Any) -> bool:

@@ -15,7 +15,7 @@ PUBLIC = {
     "Proposal", "ResponseEnded", "ResponseStatus", "Status", "TurnCancelled", "TurnStarted",
     # adapters
     "TurnContext", "StreamAdapter", "AnthropicMessagesAdapter", "BedrockConverseAdapter",
-    "GeminiAdapter", "OpenAIChatAdapter", "OpenAIResponsesAdapter",
+    "GeminiAdapter", "OpenAIChatAdapter", "OpenAIResponsesAdapter", "tool_definitions",
     # gateways
     "Publisher", "BlockingPublisher", "publish_events", "tee_stream", "tee_stream_sync",
     "TeeState", "tee_response", "tee_response_sync",
@@ -26,7 +26,7 @@ PUBLIC = {
     "ProcessorError", "RecordRejected", "AssemblyError", "MalformedJson", "UnknownTool",
     "SchemaInvalid", "BusinessInvalid", "LimitExceeded", "ProtocolViolation", "SequenceGap",
     "DuplicateConflict", "ArgumentsMismatch", "InvalidTransition", "RegistryError",
-    "ConfigurationError", "AdapterError",
+    "ConfigurationError", "AdapterError", "OfferError",
 }  # fmt: skip
 
 
