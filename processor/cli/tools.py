@@ -35,7 +35,14 @@ if TYPE_CHECKING:
     from processor.mcp.connection import ServerSpec
     from processor.mcp.settings import McpSettings
 
-__all__ = ["add_server_flags", "mcp_settings", "missing_sdk", "register", "server_spec"]
+__all__ = [
+    "add_server_flags",
+    "mcp_settings",
+    "missing_sdk",
+    "positive_seconds",
+    "register",
+    "server_spec",
+]
 
 MISSING_SDK: Final = "the MCP commands need the mcp SDK: pip install 'toolcall-processor[mcp]'"
 
@@ -59,8 +66,25 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--server-name", help="the server's name in the registry")
     parser.add_argument(
-        "--connect-timeout", type=float, default=30.0, help="seconds for initialize (30)"
+        "--connect-timeout",
+        type=positive_seconds,
+        default=30.0,
+        help="seconds for initialize (30)",
     )
+
+
+def positive_seconds(text: str) -> float:
+    """A flag's number of seconds: finite and above zero (``nan``, ``inf``, ``0`` and ``-1``
+    are usage errors)."""
+    import math  # noqa: PLC0415
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds above 0")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -104,7 +128,7 @@ def mcp_settings(args: argparse.Namespace) -> McpSettings:
     try:
         settings = McpSettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        raise settings_error(exc) from None
+        raise settings_error(exc, prefix=str(McpSettings.model_config.get("env_prefix"))) from None
     if args.server_command is not None:
         settings.server_url = None
     if args.server_url is not None:
@@ -145,7 +169,16 @@ def missing_sdk() -> Exception:
 
 def _import_command(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
+    import logging  # noqa: PLC0415
 
+    from processor.cli.errors import debug_requested  # noqa: PLC0415
+
+    # the SDK's own lines (a traceback for each line a server writes that is not JSON-RPC) are
+    # not this command's output: its error says it in one line (--debug shows them)
+    sdk_log = logging.getLogger("mcp")
+    if not debug_requested(sys.argv[1:]):
+        sdk_log.addHandler(logging.NullHandler())
+        sdk_log.propagate = False
     settings = mcp_settings(args)
     spec = server_spec(settings, args)
     return asyncio.run(_import(args, settings, spec))
@@ -158,14 +191,18 @@ async def _import(args: argparse.Namespace, settings: McpSettings, spec: ServerS
 
     from processor.core.errors import RegistryError  # noqa: PLC0415
     from processor.core.mcp_pins import import_entries  # noqa: PLC0415
+    from processor.exits import ConfigInvalid  # noqa: PLC0415
     from processor.mcp.connection import McpConnection  # noqa: PLC0415
 
     async with McpConnection(spec, connect_timeout_seconds=args.connect_timeout) as connection:
         listing = await connection.list_tools()
         server = settings.server_name or connection.server_name or ""
     if not server:
-        print("processor tools import-mcp: the server reported no name; give --server-name")
-        return 78
+        raise ConfigInvalid(
+            "the server reported no name",
+            where="--server-name / PROCESSOR_MCP_SERVER_NAME",
+            hint="give the name its tools are registered under",
+        )
     result = import_entries(server, listing, confirm_destructive=not args.no_confirm_destructive)
     for line in result.refused:
         print(f"processor tools import-mcp: {line}", file=sys.stderr)
