@@ -227,6 +227,7 @@ async def _import(args: argparse.Namespace, settings: McpSettings, spec: ServerS
     for line in result.refused + result.warnings:
         _say(line)
     kept, previous = _existing(args.output, server)
+    _warn_lookalikes(result.entries, kept)
     _check_reimport(args, server, previous, result.entries)
     _check_loads(args.output, kept + result.entries, kept)
     _write(args.output, server, kept + result.entries)
@@ -263,6 +264,18 @@ def _existing(output: str | None, server: str) -> tuple[list[Any], list[dict[str
         pin = entry.get("mcp") if isinstance(entry, dict) else None
         (previous if isinstance(pin, dict) and pin.get("server") == server else kept).append(entry)
     return kept, previous
+
+
+def _warn_lookalikes(imported: list[dict[str, Any]], kept: list[Any]) -> None:
+    """Warn of an imported name that looks like a kept entry's (another server's, or a
+    hand-written one): the listing's own pairs were warned of by the import."""
+    from processor.core.lookalikes import confusable_pairs  # noqa: PLC0415
+
+    names = {e["name"] for e in imported}
+    others = {e.get("name") for e in kept if isinstance(e, dict)} - names
+    for a, b in confusable_pairs(names, (n for n in others if isinstance(n, str))):
+        if a in others or b in others:
+            _say(f"tools {a!a} and {b!a} look alike (confusable names, one already in the file)")
 
 
 def _check_reimport(

@@ -249,3 +249,12 @@ def test_importing_beside_a_hand_written_entry_of_the_same_name_writes_nothing(
     assert "would not load" in done.stderr
     assert "name 'book_slot' is declared twice in namespace 'bookings'" in done.stderr
     assert hand.read_text(encoding="utf-8") == before
+
+
+def test_a_name_that_looks_like_one_already_in_the_file_is_warned_of(tmp_path: Path) -> None:
+    out = tmp_path / "tools.yaml"
+    out.write_text("tools:\n- name: transfer\n  parameters: {type: object}\n", encoding="utf-8")
+    done = run_import(tmp_path, [listed("tr\u0430nsfer")], "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "tools 'transfer' and 'tr\\u0430nsfer' look alike" in done.stderr
+    assert "one already in the file" in done.stderr
