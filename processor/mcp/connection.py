@@ -338,11 +338,17 @@ class McpConnection:
             return ProcessorError(
                 "mcp_not_a_server",
                 f"{self.spec.describe()} is not an MCP server: it wrote {self._unreadable} "
-                "line(s) that are not JSON-RPC messages instead of answering initialize "
+                "line(s) that are not MCP messages instead of answering initialize "
                 "(--server-command / --server-url)",
             )
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
+        if isinstance(exc, TimeoutError) and self.server_name is None:
+            return ProcessorError(
+                "mcp_unreachable",
+                f"the MCP server {self.spec.describe()} did not answer initialize within "
+                f"{self._connect_timeout:g} s (--connect-timeout)",
+            )
         why = f"{type(exc).__name__}: {str(exc)[:200]}" if str(exc) else type(exc).__name__
         return ProcessorError(
             "mcp_unreachable", f"no session with the MCP server {self.spec.describe()} ({why})"

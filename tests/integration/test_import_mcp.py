@@ -87,6 +87,15 @@ def test_a_program_that_is_not_an_mcp_server_is_one_line(tmp_path: Path) -> None
     assert "hello there" not in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_program_that_never_answers_is_one_line_naming_the_timeout(tmp_path: Path) -> None:
+    done = run_import(tmp_path, [], "--connect-timeout", "1", command="sleep 30")
+    assert done.returncode == 78, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "processor tools: mcp_unreachable: the MCP server stdio:sleep did not answer "
+        "initialize within 1 s (--connect-timeout)"
+    ]
+
+
 def test_a_server_without_a_name_is_told_on_stderr_not_the_registry_stream(
     tmp_path: Path,
 ) -> None:
