@@ -288,6 +288,9 @@ def import_entries(
                 f"{hidden.where or '/'} ({describe(hidden.chars)})"
             )
             continue
+        except RecursionError:
+            refused.append(f"tool {name!r} refused: its inputSchema is nested too deeply")
+            continue
         if escaped:
             shown = ", ".join(escaped[:3]) + (" …" if len(escaped) > 3 else "")
             warnings.append(

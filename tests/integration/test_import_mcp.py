@@ -106,6 +106,13 @@ def test_a_server_without_a_name_is_told_on_stderr_not_the_registry_stream(
     assert "--server-name" in done.stderr
 
 
+def test_a_server_name_hiding_characters_is_refused(tmp_path: Path) -> None:
+    done = run_import(tmp_path, [listed("book_slot")], "-o", "-", server="book\u200bings")
+    assert done.returncode == 78, done.stderr
+    assert done.stdout == ""
+    assert "the server's name 'book\\u200bings' hides characters (U+200B" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [("PROCESSOR_MCP_MAX_RESULT_BYTES", "-1"), ("PROCESSOR_MCP_CALL_TIMEOUT_SECONDS", "inf")],

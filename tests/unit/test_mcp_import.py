@@ -119,3 +119,11 @@ def test_reimport_changes_name_what_a_reimport_changes() -> None:
     assert reimport_changes(before, before) == []
     bare = [{k: v for k, v in e.items() if k != "namespace"} for e in before]
     assert "removed: 'bookings.book_slot'" in reimport_changes(before, bare)
+
+
+def test_a_schema_too_deep_to_walk_is_refused_not_a_crash() -> None:
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(5000):
+        deep = {"type": "object", "properties": {"a": deep}}
+    result = import_entries("srv", [tool("deep", input_schema=deep)], escape=printable)
+    assert result.entries == [] and "nested too deeply" in result.refused[0]
