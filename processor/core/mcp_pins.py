@@ -202,19 +202,29 @@ def _reveal(text: str, escape: Callable[[str], str]) -> str:
     return "".join(c if c.isprintable() or c in _PROSE_ALLOWED else escape(c) for c in text)
 
 
+_VALUE_KEYS: Final = frozenset({"const", "enum", "default", "examples"})
+"""Schema keywords whose members are values, not schemas: a ``description`` in there is data."""
+
+
 def _schema_text(
-    value: Any, escape: Callable[[str], str] | None, path: str, escaped: list[str]
+    value: Any,
+    escape: Callable[[str], str] | None,
+    path: str,
+    escaped: list[str],
+    *,
+    data: bool = False,
 ) -> Any:
-    """``value`` with its prose (``description``, ``title``) escaped where it hides characters
-    (``escaped`` collects where); :class:`_Hidden` for any other string that hides some, or
-    for prose when ``escape`` is None."""
+    """``value`` with its prose (``description``, ``title`` of a schema, not inside a value
+    such as a ``const``: ``data``) escaped where it hides characters (``escaped`` collects
+    where); :class:`_Hidden` for any other string that hides some, or for prose when
+    ``escape`` is None."""
     if isinstance(value, Mapping):
         out: dict[Any, Any] = {}
         for key, member in value.items():
             where = f"{path}/{key}"
             if isinstance(key, str) and (chars := hidden_characters(key)):
                 raise _Hidden(f"{path} (a key)", chars)
-            if key in _TEXT_KEYS and isinstance(member, str):
+            if not data and key in _TEXT_KEYS and isinstance(member, str):
                 chars = hidden_characters(member, _PROSE_ALLOWED)
                 if chars and escape is None:
                     raise _Hidden(where, chars)
@@ -222,10 +232,13 @@ def _schema_text(
                     escaped.append(where)
                 out[key] = _reveal(member, escape) if chars and escape is not None else member
             else:
-                out[key] = _schema_text(member, escape, where, escaped)
+                inside = data or key in _VALUE_KEYS
+                out[key] = _schema_text(member, escape, where, escaped, data=inside)
         return out
     if isinstance(value, list):
-        return [_schema_text(m, escape, f"{path}/{i}", escaped) for i, m in enumerate(value)]
+        return [
+            _schema_text(m, escape, f"{path}/{i}", escaped, data=data) for i, m in enumerate(value)
+        ]
     if isinstance(value, str) and (chars := hidden_characters(value)):
         raise _Hidden(path, chars)
     return value

@@ -67,12 +67,21 @@ def test_hidden_text_in_a_description_is_written_escaped_with_a_warning(kind: st
 def test_hidden_text_in_a_schema_value_or_key_refuses_the_tool() -> None:
     as_value = {"type": "object", "properties": {"slot": {"enum": ["a\u202eb"]}}}
     as_key = {"type": "object", "properties": {"sl\u200bot": {"type": "string"}}}
+    # a "description" inside a value (a const object) is data: escaping it would change it
+    in_const = {"type": "object", "properties": {"o": {"const": {"description": "x\u200b"}}}}
     result = import_entries(
-        "srv", [tool("v", input_schema=as_value), tool("k", input_schema=as_key)], escape=printable
+        "srv",
+        [
+            tool("v", input_schema=as_value),
+            tool("k", input_schema=as_key),
+            tool("c", input_schema=in_const),
+        ],
+        escape=printable,
     )
     assert result.entries == []
-    assert "inputSchema hides characters at /properties/slot/enum/0" in result.refused[1]
-    assert "inputSchema hides characters at /properties (a key)" in result.refused[0]
+    assert "inputSchema hides characters at /properties/o/const/description" in result.refused[0]
+    assert "inputSchema hides characters at /properties (a key)" in result.refused[1]
+    assert "inputSchema hides characters at /properties/slot/enum/0" in result.refused[2]
 
 
 def test_lookalike_names_are_warned_of() -> None:
