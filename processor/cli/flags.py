@@ -109,8 +109,9 @@ def current_settings() -> Settings | None:
     return _current[0] if _current else None
 
 
-def settings_error(exc: ValidationError) -> ConfigInvalid:
-    """One line naming every invalid setting and its environment variable (never the value)."""
+def settings_error(exc: ValidationError, *, prefix: str = "PROCESSOR_") -> ConfigInvalid:
+    """One line naming every invalid setting and its environment variable (never the value);
+    ``prefix``: the settings class's environment prefix."""
     problems: list[str] = []
     names: list[str] = []
     for error in exc.errors():
@@ -118,7 +119,7 @@ def settings_error(exc: ValidationError) -> ConfigInvalid:
         message = str(error["msg"]).removeprefix("Value error, ")
         if loc:
             field = ".".join(loc)
-            names.append(f"PROCESSOR_{'__'.join(loc).upper()}")
+            names.append(f"{prefix}{'__'.join(loc).upper()}")
             problems.append(f"{field}: {message}")
         else:
             problems.append(message)

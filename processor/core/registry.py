@@ -23,9 +23,12 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from pydantic import TypeAdapter, ValidationError
 
 from processor.core.errors import RegistryError
+from processor.core.events import Name
 from processor.core.fastschema import Check, compile_schema
 from processor.core.flat_names import flat_name
 from processor.core.formats import format_checker, jsonschema_module, used_formats
@@ -192,9 +195,19 @@ _TOOL_KEYS = frozenset(
     }
 )
 
-MAX_NAMESPACE = 128
-"""A namespace has the constraints of a tool name on the wire: 1 to 128 characters, no control
-character."""
+_WIRE_NAME: Final[TypeAdapter[str]] = TypeAdapter(Name)
+"""What the fragment events' ``tool`` and ``namespace`` fields accept: a tool name, alias or
+namespace they refuse could never be called (every call of it would be a dead letter), so the
+registry refuses it at load."""
+
+
+def wire_name_problem(value: Any) -> str | None:
+    """Why a call could not carry ``value`` as its tool name or namespace, or None."""
+    try:
+        _WIRE_NAME.validate_python(value, strict=True)
+    except ValidationError as exc:
+        return str(exc.errors()[0]["msg"])
+    return None
 
 
 class Registry:
@@ -344,6 +357,10 @@ def _declaration(
     where = f"{source}: {_named(entry, index)}"
     if not isinstance(name, str) or not name:
         raise RegistryError(detail=f"{where}: 'name' must be a non-empty string")
+    if (problem := wire_name_problem(name)) is not None:
+        raise RegistryError(
+            detail=f"{where}: 'name' is not a tool name a call can carry ({problem})"
+        )
     unknown = set(entry) - _TOOL_KEYS
     if unknown:
         raise RegistryError(detail=f"{where}: unknown keys {sorted(unknown)}")
@@ -397,14 +414,19 @@ def _declaration(
         choices = ", ".join(d.value for d in DispatchOn)
         raise RegistryError(detail=f"{where}: 'dispatch_on' must be one of {choices}") from None
     namespace = entry.get("namespace")
-    if namespace is not None and not _is_namespace(namespace):
+    if namespace is not None and (problem := wire_name_problem(namespace)) is not None:
         raise RegistryError(
-            detail=f"{where}: 'namespace' must be a string of 1 to {MAX_NAMESPACE} characters "
-            "without control characters"
+            detail=f"{where}: 'namespace' must be a namespace a call can carry ({problem})"
         )
     mcp = parse_pin(entry["mcp"], where) if entry.get("mcp") is not None else None
     tenants = _str_list(entry.get("allowed_tenants"), where, "allowed_tenants")
     actors = _str_list(entry.get("allowed_actors"), where, "allowed_actors")
+    aliases = tuple(_str_list(entry.get("aliases"), where, "aliases") or ())
+    for alias in aliases:
+        if (problem := wire_name_problem(alias)) is not None:
+            raise RegistryError(
+                detail=f"{where}: alias {alias!r} is not a tool name a call can carry ({problem})"
+            )
     return ToolDeclaration(
         name=name,
         version=str(entry.get("version", "1")),
@@ -412,7 +434,7 @@ def _declaration(
         validator=validator,
         requires_confirmation=bool(entry.get("requires_confirmation", False)),
         confirmation_ttl_seconds=float(ttl),
-        aliases=tuple(_str_list(entry.get("aliases"), where, "aliases") or ()),
+        aliases=aliases,
         allowed_tenants=frozenset(tenants) if tenants is not None else None,
         allowed_actors=frozenset(actors) if actors is not None else None,
         limits=ToolLimits(
@@ -439,15 +461,6 @@ def _identity(declaration: ToolDeclaration) -> str:
     if declaration.namespace is None:
         return f"the bare tool {declaration.name!r}"
     return f"{declaration.namespace}.{declaration.name}"
-
-
-def _is_namespace(value: Any) -> bool:
-    """What the wire's ``namespace`` accepts (``processor.core.events.Name``)."""
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= MAX_NAMESPACE
-        and not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value)
-    )
 
 
 def _str_list(value: Any, where: str, key: str) -> list[str] | None:

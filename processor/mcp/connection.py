@@ -212,6 +212,7 @@ class McpConnection:
         self._first: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.sessions = 0  # how many sessions were opened (tests, diagnostics)
+        self._unreadable = 0  # lines the server wrote that are not JSON-RPC (never kept)
 
     async def start(self) -> None:
         """Open the first session (initialize and check the listing), or raise why not."""
@@ -323,14 +324,31 @@ class McpConnection:
     async def _on_message(self, message: Any) -> None:
         from mcp.types import ToolListChangedNotification  # noqa: PLC0415
 
-        if isinstance(message, ToolListChangedNotification):
+        if isinstance(message, Exception):  # the transport could not read what the server wrote
+            self._unreadable += 1
+        elif isinstance(message, ToolListChangedNotification):
             self._ready.clear()  # no call goes through until the new listing is checked
             self._relist.set()
 
     def _unreachable(self, exc: BaseException) -> ProcessorError:
-        """One line for a first session that could not be opened (the innermost cause)."""
+        """One line for a first session that could not be opened (the innermost cause); a
+        program that wrote something other than JSON-RPC before any session is not an MCP
+        server (what it wrote is not quoted: it is not ours to show)."""
+        if self._unreadable and self.server_name is None:
+            return ProcessorError(
+                "mcp_not_a_server",
+                f"{self.spec.describe()} is not an MCP server: it wrote {self._unreadable} "
+                "line(s) that are not MCP messages instead of answering initialize "
+                "(--server-command / --server-url)",
+            )
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
+        if isinstance(exc, TimeoutError) and self.server_name is None:
+            return ProcessorError(
+                "mcp_unreachable",
+                f"the MCP server {self.spec.describe()} did not answer initialize within "
+                f"{self._connect_timeout:g} s (--connect-timeout)",
+            )
         why = f"{type(exc).__name__}: {str(exc)[:200]}" if str(exc) else type(exc).__name__
         return ProcessorError(
             "mcp_unreachable", f"no session with the MCP server {self.spec.describe()} ({why})"

@@ -37,7 +37,7 @@ class McpSettings(BaseSettings):
     server_url: str | None = None
     server_name: str | None = None
     headers: dict[str, SecretStr] = Field(default_factory=dict)
-    call_timeout_seconds: float = Field(default=60.0, gt=0)
+    call_timeout_seconds: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_result_bytes: int = Field(default=MAX_OUTPUT_BYTES, gt=0, le=MAX_OUTPUT_BYTES)
 
     def header_values(self, extra: dict[str, str] | None = None) -> dict[str, str]:
