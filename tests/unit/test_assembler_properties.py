@@ -347,6 +347,15 @@ class AssemblerMachine(RuleBasedStateMachine):
             slot.fate = "dispatched"
         self._feed(slot.call.confirm(digest, actor=actor, cid=self._command_id("confirm")))
 
+    @rule(data=st.data(), actor=st.sampled_from(["alice", "alice", "mallory"]))
+    def deny(self, data: st.DataObject, actor: str) -> None:
+        """A denial, at any time in a call's life (issue 38): from the bound actor it sticks to
+        the call key, whatever comes after; another actor's changes nothing."""
+        slot = data.draw(st.sampled_from(self.slots))
+        if actor == "alice" and slot.fate != "dispatched":
+            slot.fate = "dead"
+        self._feed(slot.call.deny(actor=actor, cid=self._command_id("deny")))
+
     @rule()
     def restart(self) -> None:
         """A crash after a commit: a new Assembler restored from the changelog alone."""
