@@ -186,6 +186,13 @@ def _sender_dead(producer: AIOKafkaProducer) -> bool:
     return task is not None and task.done()
 
 
+def _batch_futures(producer: AIOKafkaProducer) -> list[asyncio.Future[Any]]:
+    # aiokafka internals, as above: the batches a discard fails, queued or in flight
+    accumulator = producer._message_accumulator
+    queued = [b.future for q in accumulator._batches.values() for b in q]
+    return queued + [b.future for b in accumulator._pending_batches]
+
+
 async def _attempt(producer: AIOKafkaProducer, records: Sequence[Outgoing]) -> list[Any]:
     """Enqueue ``records`` in order, then wait for every acknowledgement."""
     futures: list[asyncio.Future[Any]] = []
@@ -307,7 +314,9 @@ class RenewingProducer:
             self.generation += 1  # sends still waiting on ``old`` now count as replaced
             metrics.PRODUCER_RENEWALS.labels(self.role, type(error).__name__).inc()
             if old is not None:
+                leftovers = _batch_futures(old)
                 await discard_producer(old)
+                settle_unawaited(leftovers)  # failed ProducerDiscarded, awaited by nobody
             try:
                 await self._start_new(self.generation)
             finally:
