@@ -238,9 +238,10 @@ class RenewingProducer:
         self._started = False
         self.generation = 0
         """How many producers this one has started (1 after :meth:`start`)."""
-        self._lock = asyncio.Lock()
-        self._starts = 0  # tries to start a new producer that ended (either way)
-        self._start_error: Exception | None = None  # how the last one failed
+        self._epoch = 0  # moves on whenever the producer in use is dropped
+        self._lock = asyncio.Lock()  # one renewal (or start) at a time
+        self._starts = 0  # tries to start a replacement that ended, either way
+        self._start_error: Exception | None = None  # how the last one failed, if it did
 
     async def start(self) -> None:
         """Start the first producer (an unreachable cluster raises, as before)."""
@@ -262,16 +263,17 @@ class RenewingProducer:
 
     async def partitions_for(self, topic: str) -> set[int]:
         """The partitions of ``topic`` (from the current producer's metadata)."""
-        producer, _ = await self._current()
+        producer, _ = await self._current(self._starts)
         return set(await producer.partitions_for(topic))
 
     async def send_all(self, records: Sequence[Outgoing]) -> list[Any]:
         """Send ``records`` in order and wait for every acknowledgement; return their
         ``RecordMetadata``. A fatal producer error renews the producer and sends them all again
         (at most :data:`MAX_RETRIES` times); see :data:`RULES`."""
+        starts = self._starts  # a replacement that fails to start from now on ends this send
         retries = 0
         while True:
-            producer, generation = await self._current()
+            producer, epoch = await self._current(starts)
             try:
                 return await _attempt(producer, records)
             except _AttemptFailed as failed:
@@ -279,46 +281,50 @@ class RenewingProducer:
                     failed.error,
                     taken=failed.taken,
                     dead_sender=_sender_dead(producer),
-                    replaced=generation != self.generation,
+                    replaced=epoch != self._epoch,
                 )
                 rule = RULES[failure]
                 if rule.renew:
-                    await self._renew(generation, failed.error)
+                    await self._renew(epoch, failed.error, starts)
                 retries += 1
                 if not rule.retry or retries > MAX_RETRIES:
                     raise failed.error from None
 
     # -- the producer in use ---------------------------------------------------------------
 
-    async def _current(self) -> tuple[AIOKafkaProducer, int]:
-        """The producer to use and its generation; starts one if the last renewal could not."""
+    async def _current(self, starts: int) -> tuple[AIOKafkaProducer, int]:
+        """The producer to use and its epoch; starts one if the last renewal could not, unless
+        a start failed since the send began (``starts``): then that start's error."""
         if not self._started:
             raise RuntimeError(f"the {self.role} producer is not started (use it as `async with`)")
         if self._producer is None:
-            starts = self._starts
             async with self._lock:
                 if self._producer is None:
-                    if self._starts != starts and self._start_error is not None:
-                        raise self._start_error  # a start failed while this send waited for it
-                    await self._start_new(self.generation + 1)
+                    self._raise_failed_start(starts)
+                    await self._start_new()
         assert self._producer is not None
-        return self._producer, self.generation
+        return self._producer, self._epoch
 
-    async def _renew(self, generation: int, error: Exception) -> None:
-        """Replace the producer of ``generation`` (nothing if another send already did)."""
+    def _raise_failed_start(self, starts: int) -> None:
+        if self._starts != starts and self._start_error is not None:
+            raise self._start_error  # sends waiting on one start share its outcome
+
+    async def _renew(self, epoch: int, error: Exception, starts: int) -> None:
+        """Replace the producer of ``epoch`` (nothing if another send already did)."""
         async with self._lock:
-            if generation != self.generation or not self._started:
+            if epoch != self._epoch or not self._started:
                 return
             began = time.monotonic()
             old, self._producer = self._producer, None
-            self.generation += 1  # sends still waiting on ``old`` now count as replaced
+            self._epoch += 1  # sends still waiting on ``old`` now count as replaced
             metrics.PRODUCER_RENEWALS.labels(self.role, type(error).__name__).inc()
             if old is not None:
                 leftovers = _batch_futures(old)
                 await discard_producer(old)
                 settle_unawaited(leftovers)  # failed ProducerDiscarded, awaited by nobody
             try:
-                await self._start_new(self.generation)
+                self._raise_failed_start(starts)
+                await self._start_new()
             finally:
                 log.warning(
                     "an idempotent producer hit a fatal error: closed without delivering what "
@@ -332,9 +338,9 @@ class RenewingProducer:
                     ),
                 )
 
-    async def _start_new(self, generation: int) -> None:
-        """Start a new producer as ``generation``, trying again while the cluster is away, for
-        up to ``start_timeout`` seconds; the last error is raised when it never starts."""
+    async def _start_new(self) -> None:
+        """Start a replacement, trying again while the cluster is away, for up to
+        ``start_timeout`` seconds; the last error is raised when it never starts."""
         deadline = time.monotonic() + self._start_timeout
         while True:
             producer = self._make()
@@ -354,7 +360,8 @@ class RenewingProducer:
                 continue
             self._starts += 1
             self._start_error = None
-            self._producer, self.generation = producer, generation
+            self._producer = producer
+            self.generation += 1
             return
 
 

@@ -25,8 +25,9 @@ import time
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 from aiokafka.structs import ConsumerRecord, TopicPartition
 from prometheus_client import REGISTRY
 
@@ -40,9 +41,15 @@ from processor.mcp.audit import AuditWriter
 from processor.mcp.tools import PinChange
 from processor.ops.ctl import ControlWriter
 from processor.runtime.clients import admin_client
-from processor.runtime.idempotent import IdempotentProducer
+from processor.runtime.idempotent import IdempotentProducer, Outgoing, RenewingProducer
 from processor.runtime.publish import BlockingPublisher, Publisher
-from tests.integration.conftest import Runtime, call_events, turn_cancelled, wait_until
+from tests.integration.conftest import (
+    Runtime,
+    call_events,
+    free_port,
+    turn_cancelled,
+    wait_until,
+)
 from tests.kafka_broker import read_partition
 from tests.unit.scenario import Run
 
@@ -246,3 +253,40 @@ async def test_sends_waiting_on_one_broken_producer_share_one_renewal(runtime: R
     for events in turns:  # every turn whole, and its first copies in order
         first = [written.index(encode(e)) for e in events]
         assert first == sorted(first)
+
+
+@pytest.mark.partitions(1)
+async def test_a_replacement_that_cannot_start_ends_the_sends_within_the_bound(
+    runtime: Runtime,
+) -> None:
+    """While no broker answers, a renewal gives up after ``start_timeout``, and every send
+    waiting on it gets its error then (one wait, not one each); the next send starts a producer
+    again and goes through once the cluster answers."""
+    await limit_topics(runtime, runtime.topics.fragments)
+    target: dict[str, Any] = {}
+
+    def make() -> AIOKafkaProducer:
+        options = {**runtime.settings.kafka_client_kwargs(), **target}
+        return AIOKafkaProducer(**options, enable_idempotence=True, acks="all")
+
+    producers = RenewingProducer(make, "adapter", start_timeout=2.0)
+    await producers.start()
+    record = Outgoing(runtime.topics.fragments, b"{}", b"k", partition=0)
+    try:
+        await producers.send_all([record])
+        burnt = producers._producer
+        assert burnt is not None
+        with pytest.raises(MessageSizeTooLargeError):
+            await burnt.send_and_wait(record.topic, b"x" * (2 * LIMIT), partition=0)
+        target["bootstrap_servers"] = f"127.0.0.1:{free_port()}"  # nothing answers there
+        began = time.monotonic()
+        sends = [producers.send_all([record]) for _ in range(4)]
+        results = await asyncio.gather(*sends, return_exceptions=True)
+        took = time.monotonic() - began
+        assert [type(r) for r in results] == [KafkaConnectionError] * 4, results
+        assert 2.0 <= took < 6.0, took
+        target.clear()  # the cluster answers again
+        assert len(await producers.send_all([record])) == 1
+        assert producers.generation == 2
+    finally:
+        await producers.stop()
