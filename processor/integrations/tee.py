@@ -26,6 +26,10 @@ How the response ends on the publishing side:
 * the caller stops iterating (``break`` then ``aclose()``, or the generator is collected), the
   task is cancelled, or the stream raises: ``adapter.abort(reason)`` ends every open response
   ``error`` (``consumer_stopped``, ``cancelled``, ``stream_error``), so nothing of it can act;
+* a publish raises (the publisher already replaced a broken producer and sent the events again
+  within its bound, :mod:`processor.runtime.idempotent`; what reached Kafka of them is a prefix,
+  in order): the same abort (``stream_error``), its ``response.ended`` published if the
+  publisher can, and the error propagates to the caller;
 * a provider event the adapter cannot read: the adapter fails closed (its open responses end
   ``error`` at once) and the tee keeps yielding the provider's events without feeding them; the
   error is kept in :attr:`TeeState.failure`.

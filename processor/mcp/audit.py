@@ -3,8 +3,10 @@
 :func:`definition_audit` builds it (``command_type`` ``mcp.tool_changed``, ``mcp.tool_new`` or
 ``mcp.tool_removed``; outcome ``rejected``; issued by ``mcp:<server>``; the two digests in its
 reason; no tenant, no call keys), and :class:`AuditWriter` writes it to ``audit`` (keyed
-``mcp/<server>``) with an idempotent producer started on first use. A failure to write is
-logged, never raised: the refusal of the tool's calls holds either way.
+``mcp/<server>``) with an idempotent producer started on first use, renewed after a fatal
+producer error (:mod:`processor.runtime.idempotent`; the record's ``audit_id`` is stable, so a
+repeat is harmless). A failure to write is logged, never raised: the refusal of the tool's calls
+holds either way.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from processor.core.events import Audit, AuditOutcome, encode, stable_id
 from processor.mcp.tools import PinChange
 from processor.observability.logging import fields
-from processor.runtime.clients import IdempotentProducer
+from processor.runtime.idempotent import IdempotentProducer, Outgoing
 from processor.settings import Settings
 
 __all__ = ["AuditWriter", "definition_audit"]
@@ -54,9 +56,8 @@ class AuditWriter(IdempotentProducer):
             if not self._started:
                 await self.start()
                 self._started = True
-            await self._producer.send_and_wait(
-                self.topic, encode(record), key=f"mcp/{change.server}".encode()
-            )
+            key = f"mcp/{change.server}".encode()
+            await self.producers.send_all([Outgoing(self.topic, encode(record), key)])
         except Exception as exc:
             log.error(
                 "could not write the audit record of an MCP definition change",

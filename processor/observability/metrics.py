@@ -177,6 +177,13 @@ PUBLISHED_EVENTS: Final = Counter(
     "toolcall_published_events",
     "Fragment events published to the fragments topic by adapters.",
 )
+PRODUCER_RENEWALS: Final = Counter(
+    "toolcall_producer_renewals",
+    "Long-lived idempotent producers (publisher, control writer, MCP audit writer) closed after "
+    "a fatal error and replaced by a new one, by role (adapter, ctl, mcp-audit) and the error's "
+    "class name.",
+    ["role", "reason"],
+)
 ADAPTER_UNKNOWN_EVENTS: Final = Counter(
     "toolcall_adapter_unknown_events",
     "Provider events of a type the adapter does not know, ignored (they named no call), by "

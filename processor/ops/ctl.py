@@ -39,7 +39,6 @@ Nothing here prints argument values: confirm/deny name a call key and a digest o
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import Iterable
@@ -59,7 +58,7 @@ from processor.core.events import (
     turn_key,
 )
 from processor.ops.signing import OperatorSigner
-from processor.runtime.clients import IdempotentProducer
+from processor.runtime.idempotent import IdempotentProducer, Outgoing
 from processor.settings import Settings
 
 __all__ = [
@@ -117,21 +116,19 @@ class ControlWriter(IdempotentProducer):
         super().__init__(settings, settings.topics.control, "ctl")
 
     async def partitions(self) -> list[int]:
-        parts = await self._producer.partitions_for(self.topic)
-        return sorted(parts)
+        return sorted(await self.producers.partitions_for(self.topic))
 
     async def write(self, event: ControlEvent) -> Written:
-        """Write one event (to every partition when it fans out); wait for every ack."""
+        """Write one event (to every partition when it fans out); wait for every ack. A fatal
+        producer error renews the producer and writes every copy again (the copies are
+        idempotent by ``command_id``: :mod:`processor.runtime.idempotent`)."""
         value = encode(event)
         key = control_key(event)
         if fans_out(event):
-            futures = [
-                await self._producer.send(self.topic, value=value, key=key, partition=p)
-                for p in await self.partitions()
-            ]
+            records = [Outgoing(self.topic, value, key, p) for p in await self.partitions()]
         else:
-            futures = [await self._producer.send(self.topic, value=value, key=key)]
-        metadata = await asyncio.gather(*futures)
+            records = [Outgoing(self.topic, value, key)]
+        metadata = await self.producers.send_all(records)
         copies = tuple(sorted((m.partition, m.offset) for m in metadata))
         return Written(command_id=event.command_id, type=event.type, copies=copies)
 

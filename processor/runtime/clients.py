@@ -4,9 +4,6 @@
 - :func:`committed_reader` — a consumer without a group that reads committed records only
   (``read_committed``, manual offsets, from the earliest offset): restores, the executor's
   control barrier and ledger, ``tail`` and ``audit``;
-- :class:`IdempotentProducer` — an idempotent ``acks=all`` producer for one topic, the base of the
-  adapters' :class:`~processor.runtime.publish.Publisher` and the operators'
-  :class:`~processor.ops.ctl.ControlWriter`;
 - :func:`settle_unawaited`, :func:`ignore_fenced_leftovers` — what a failed transaction leaves
   behind (delivery futures, a fenced producer's internal waiters) is settled, not logged as an
   unhandled error;
@@ -16,7 +13,9 @@
   happen; the position always gets there.
 
 Transactional producers (one per input partition, ARCHITECTURE.md §5) are built where they are
-fenced and used: :mod:`processor.runtime.partition` and :mod:`processor.executor.client`.
+fenced and used: :mod:`processor.runtime.partition` and :mod:`processor.executor.client`; the
+long-lived idempotent ones, and their renewal after a fatal error, in
+:mod:`processor.runtime.idempotent`.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -40,7 +38,7 @@ from processor.settings import Settings
 _log = logging.getLogger(__name__)
 
 __all__ = [
-    "IdempotentProducer",
+    "ProducerDiscarded",
     "admin_client",
     "committed_reader",
     "discard_producer",
@@ -118,48 +116,6 @@ async def read_to_end(
         for record in batches.get(tp, ()):
             apply(record)
     return True
-
-
-class IdempotentProducer:
-    """An idempotent producer (``enable_idempotence``, ``acks=all``) for one topic, used as
-    ``async with``. Broker-side deduplication of retried batches keeps each partition's records
-    once and in order. ``client_suffix`` names the role in the client id; ``extra`` adds producer
-    settings (``linger_ms``, ``max_request_size``)."""
-
-    def __init__(self, settings: Settings, topic: str, client_suffix: str, **extra: Any) -> None:
-        self.settings = settings
-        self.topic = topic
-        self._producer = AIOKafkaProducer(
-            **{
-                **settings.kafka_client_kwargs(),
-                "client_id": f"{settings.client_id}-{client_suffix}",
-                "enable_idempotence": True,
-                "acks": "all",
-                **extra,
-            }
-        )
-
-    async def start(self) -> None:
-        try:
-            await self._producer.start()
-        except BaseException:
-            await self._producer.stop()  # closed on every path: no "Unclosed AIOKafkaProducer"
-            raise
-
-    async def stop(self) -> None:
-        await self._producer.stop()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
 
 def settle_unawaited(futures: Sequence[asyncio.Future[Any]]) -> None:

@@ -17,6 +17,12 @@ binds a turn to its actor (what ``processor ctl start-turn`` writes) before its 
 :class:`BlockingPublisher` is the same for synchronous code: it runs a :class:`Publisher` on an
 event loop in a background thread.
 
+A fatal error of the idempotent producer (``OutOfOrderSequenceNumber``, an unknown or fenced
+producer id, …) does not end a long-lived publisher: the producer is replaced and the publish sent
+again, in order, within a bound (:mod:`processor.runtime.idempotent`, which says why repeating
+events is safe and why a turn's order holds); a publish that still fails raises, and the tee ends
+the response ``error``.
+
 Each publish is one ``send <fragments topic>`` producer span
 (:mod:`processor.observability.tracing`) whose context becomes the records' ``traceparent``
 header when OpenTelemetry records spans; else the given ``traceparent`` is sent as is.
@@ -41,8 +47,8 @@ from processor.core.events import (
     turn_key,
 )
 from processor.observability import metrics, tracing
-from processor.runtime.clients import IdempotentProducer, settle_unawaited
 from processor.runtime.codec import TRACEPARENT, valid_traceparent
+from processor.runtime.idempotent import IdempotentProducer, Outgoing
 from processor.settings import Settings
 
 
@@ -73,24 +79,19 @@ class Publisher(IdempotentProducer):
         given = valid_traceparent(traceparent)
         with tracing.span(f"send {self.topic}", "producer", attributes, traceparent=given):
             trace = valid_traceparent(tracing.current_traceparent(given))
-            headers = [(TRACEPARENT, trace.encode())] if trace else []
-            futures: list[Any] = []
-            try:
-                for event in batch:
-                    futures.append(
-                        await self._producer.send(
-                            self.topic,
-                            value=encode(event),
-                            key=turn_key(event.tenant, event.turn_id).encode(),
-                            headers=headers,
-                        )
-                    )
-                await asyncio.gather(*futures)
-            except BaseException:
-                settle_unawaited(futures)
-                raise
-        metrics.PUBLISHED_EVENTS.inc(len(futures))
-        return len(futures)
+            headers = ((TRACEPARENT, trace.encode()),) if trace else ()
+            records = [
+                Outgoing(
+                    self.topic,
+                    encode(event),
+                    turn_key(event.tenant, event.turn_id).encode(),
+                    headers=headers,
+                )
+                for event in batch
+            ]
+            await self.producers.send_all(records)
+        metrics.PUBLISHED_EVENTS.inc(len(records))
+        return len(records)
 
     async def start_turn(
         self,
@@ -132,7 +133,7 @@ class Publisher(IdempotentProducer):
         topic = self.settings.topics.control
         attributes = tracing.kafka_attributes(topic, "send", key=key)
         with tracing.span(f"send {topic}", "producer", attributes):
-            await self._producer.send_and_wait(topic, value=encode(event), key=key.encode())
+            await self.producers.send_all([Outgoing(topic, encode(event), key.encode())])
 
 
 _T = TypeVar("_T")

@@ -37,6 +37,7 @@ import asyncio
 import enum
 import os
 import random
+import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -120,6 +121,20 @@ def schedule(
         )
         for i, kind in enumerate(picked)
     ]
+
+
+def free_port_base(count: int = 6, start: int = 29300) -> int:
+    """A port from which ``count`` consecutive loopback ports are free (a cluster's client and
+    controller ports: ``Broker(port=base, controller_port=base + nodes, nodes=...)``)."""
+    for base in range(start, start + 2000, count):
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {count} free consecutive ports")
 
 
 @dataclass

@@ -78,6 +78,8 @@ class Report:
     executions: ExecutionVerdict | None = None
     # topic → (replicas, min.insync.replicas) at the end: the run's topics and the internal ones
     replication: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # the load generator as a gateway: turns with a failed write, its producers' renewals
+    gateway: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -105,6 +107,7 @@ class Report:
             "ledger_reasons": self.verdict.ledger_reasons,
             "executions": None if self.executions is None else self.executions.summary(),
             "replication": self.replication,
+            "gateway": self.gateway,
         }
 
 
@@ -220,6 +223,7 @@ async def run(options: Options) -> Report:
         prefix,
         executions,
         replication,
+        driver.gateway(),
     )
 
 

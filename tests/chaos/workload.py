@@ -3,7 +3,11 @@
 Each turn is a provider stream written the way a gateway would: Chat Completions chunks (parallel
 tool calls) or Anthropic Messages events (one terminal per tool block), run through the project's
 own adapters, published with the project's own :class:`~processor.runtime.publish.Publisher`;
-turns are bound with ``Publisher.start_turn`` and cancelled with the ``ctl`` control writer. A
+turns are bound with ``Publisher.start_turn`` and cancelled with the ``ctl`` control writer. Like
+a gateway, the driver opens one of each at start and never replaces them: through a broker or
+whole-cluster kill it relies on the library's own renewal of a broken producer
+(:mod:`processor.runtime.idempotent`); :meth:`Driver.gateway` reports the turns whose writes
+raised and the producers' renewals (the run's ``gateway`` entry). A
 turn's *fate* decides what is written and therefore what must happen to its calls:
 
 ========================  =====================================================  ============
@@ -330,6 +334,19 @@ class Driver:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+    def gateway(self) -> dict[str, int]:
+        """What the load generator, built as a gateway, went through: turns with a write that
+        raised, and how often each of its two producers replaced itself (the library's renewal
+        after a fatal producer error: the driver has none of its own)."""
+        started = {
+            "publisher": self._publisher.producers.generation if self._publisher else 0,
+            "control writer": self._control.producers.generation if self._control else 0,
+        }
+        return {
+            "failed_turns": sum(1 for t in self.plan.turns if t.failed_writes),
+            **{f"{name} renewals": max(0, n - 1) for name, n in started.items()},
+        }
 
     async def _watch_proposals(self) -> None:
         """Follow ``proposals`` (read_committed) as a gateway does; survive broker restarts."""

@@ -15,33 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
-from tests.chaos.faults import FaultKind
+from tests.chaos.faults import FaultKind, free_port_base
 from tests.chaos.run import Options, run
 
 pytestmark = pytest.mark.integration
 
 
-def _free_base(count: int = 6, start: int = 29300) -> int:
-    """A port from which ``count`` consecutive loopback ports are free."""
-    for base in range(start, start + 2000, count):
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no six free consecutive ports")
-
-
 @pytest.mark.timeout(600)
 def test_three_brokers_survive_a_leader_kill_and_a_zombie_broker(tmp_path: Path) -> None:
-    port = int(os.environ.get("KAFKA_CHAOS_CLUSTER_PORT") or _free_base())
+    port = int(os.environ.get("KAFKA_CHAOS_CLUSTER_PORT") or free_port_base())
     options = Options(
         seed=5,
         turns=120,
