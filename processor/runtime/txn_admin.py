@@ -14,7 +14,8 @@ results. No policy: which transactions are hanging and what a task does about th
   that ``DescribeProducers`` reported. Needs CLUSTER_ACTION on the cluster.
 - ``DescribeTransactions`` (api 65, v0), sent to the transactional id's coordinator before
   ``InitProducerId``: how the coordinator left the id's last transaction (``PrepareCommit``,
-  ``CompleteCommit``: committed).
+  ``CompleteCommit``: committed), its producer id and epoch, its timeout, start time and
+  partitions. Needs DESCRIBE on the transactional id.
 """
 
 from __future__ import annotations
@@ -52,7 +53,14 @@ _NONE: Final = 0
 _NOT_LEADER: Final = frozenset({3, 6, 5})  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER, LEADER_N/A
 _TOPIC_AUTHORIZATION_FAILED: Final = 29
 _CLUSTER_AUTHORIZATION_FAILED: Final = 31
-_DENIED: Final = frozenset({_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED})
+_TXN_ID_AUTHORIZATION_FAILED: Final = 53
+# a refusal → the permission the request needs (the broker's ACL operation and resource)
+_PERMISSION: Final = {
+    _TOPIC_AUTHORIZATION_FAILED: "READ on the topic (DescribeProducers)",
+    _CLUSTER_AUTHORIZATION_FAILED: "ClusterAction on the cluster (WriteTxnMarkers)",
+    _TXN_ID_AUTHORIZATION_FAILED: "DESCRIBE on the transactional ids (DescribeTransactions)",
+}
+_DENIED: Final = frozenset(_PERMISSION)
 _ATTEMPTS: Final = 8
 _BACKOFF_SECONDS: Final = 0.1  # doubled per attempt, at most 2 s: about 7 s in all
 _TRANSACTIONAL_ID_NOT_FOUND: Final = 105
@@ -302,6 +310,9 @@ class Previous:
     producer_id: int
     state: str  # Empty, Ongoing, PrepareCommit, CompleteAbort, …
     producer_epoch: int = -1
+    timeout_ms: int = -1  # the transaction timeout the producer asked for
+    start_ms: int = -1  # when its last transaction began (-1: none since InitProducerId)
+    partitions: frozenset[tuple[str, int]] = frozenset()  # what that transaction added
 
     @property
     def committed(self) -> bool:
@@ -318,6 +329,11 @@ class HangingError(Exception):
     @property
     def denied(self) -> bool:
         return self.code in _DENIED
+
+    @property
+    def permission(self) -> str | None:
+        """The permission a refused request needs (None: not a refusal)."""
+        return _PERMISSION.get(self.code)
 
 
 # ---------------------------------------------------------------------- requests
@@ -441,11 +457,14 @@ async def previous_transaction(client: _Client, transactional_id: str) -> Previo
     for attempt in range(_ATTEMPTS):
         node = await client.coordinator_lookup(_TRANSACTION_COORDINATOR, transactional_id)
         response = await client.send(node, DescribeTransactionsRequest([transactional_id]))
-        [(code, _, state, _, _, producer_id, epoch, _, _)] = response.transaction_states
+        [(code, _, state, timeout, start, producer_id, epoch, topics, _)] = (
+            response.transaction_states
+        )
         if code == _TRANSACTIONAL_ID_NOT_FOUND:
             return None
         if code == _NONE:
-            return Previous(producer_id, state, epoch)
+            added = frozenset((name, p) for name, parts, _ in topics for p in parts)
+            return Previous(producer_id, state, epoch, timeout, start, added)
         if code not in _COORDINATOR_MOVED or attempt + 1 == _ATTEMPTS:
             raise HangingError(
                 f"DescribeTransactions {transactional_id}: {for_code(code).__name__}", code
