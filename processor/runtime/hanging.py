@@ -18,10 +18,13 @@ and before it writes anything (:mod:`processor.runtime.partition`,
 :mod:`processor.executor.client`). ``InitProducerId`` returns only once the coordinator has
 completed the previous transaction of the id, so any transaction of the producer id still open on
 a partition then is hanging. Without the permissions it raises :class:`TransactionHeld`: the task
-is held (never commits over the open transaction), with one error log line and the
-``toolcall_hanging_transaction_held`` gauge naming the partition and the command that frees it.
+is held (never commits over the open transaction), with one error log line (the partitions, the
+marker the coordinator's decision calls for on each, and ``processor doctor transactions``) and
+the ``toolcall_hanging_transaction_held`` gauge naming the partition.
 
-``processor doctor transactions`` (:mod:`processor.cli.doctor`) lists them for an operator.
+``processor doctor transactions`` (:mod:`processor.cli.doctor`, its policy in
+:mod:`processor.runtime.txn_remedies`) lists them for an operator, and ends those whose
+coordinator's decision it can still read.
 """
 
 from __future__ import annotations
@@ -62,9 +65,9 @@ __all__ = [
     "across_retries",
     "decided_previous",
     "describe_open_transactions",
+    "doctor_command",
     "end_own_hanging",
     "end_skipped_commits",
-    "free_command",
     "partitions_of",
     "previous_transaction",
     "sweep",
@@ -84,22 +87,11 @@ class TransactionHeld(Exception):
         self.why = why
 
 
-def free_command(txn: OpenTransaction, bootstrap: str) -> str:
-    """The ``kafka-transactions.sh`` command that aborts ``txn`` (run with ClusterAction)."""
-    return shlex.join(
-        [
-            "kafka-transactions.sh",
-            "--bootstrap-server",
-            bootstrap,
-            "abort",
-            "--topic",
-            txn.topic,
-            "--partition",
-            str(txn.partition),
-            "--start-offset",
-            str(txn.start_offset),
-        ]
-    )
+def doctor_command(bootstrap: str) -> str:
+    """The command that shows an operator what ends a held task's open transactions: ``processor
+    doctor transactions``, whose remedy follows the coordinator (never a bare abort: the held
+    transaction may be one the coordinator committed)."""
+    return shlex.join(["processor", "doctor", "transactions", "--bootstrap-servers", bootstrap])
 
 
 # ---------------------------------------------------------------------- a task's own
@@ -206,7 +198,7 @@ async def end_own_hanging(
     except HangingError as exc:
         if not exc.denied:
             raise
-        _hold(owner, transactional_id, [], str(exc), bootstrap)
+        _hold(owner, transactional_id, [], str(exc), bootstrap, markers=[])
         raise TransactionHeld(transactional_id, [], str(exc)) from exc
     committed_id = previous.producer_id if previous is not None and previous.committed else None
     to_commit = [t for t in open_txns if t.producer_id == committed_id]
@@ -219,7 +211,8 @@ async def end_own_hanging(
         except HangingError as exc:
             if not exc.denied:
                 raise
-            _hold(owner, transactional_id, open_txns, str(exc), bootstrap)
+            markers = ["commit" if t in to_commit else "abort" for t in open_txns]
+            _hold(owner, transactional_id, open_txns, str(exc), bootstrap, markers=markers)
             raise TransactionHeld(transactional_id, open_txns, str(exc)) from exc
         metrics.HANGING_TRANSACTIONS_ENDED.labels(owner, marker).inc(len(txns))
         log.warning(
@@ -347,23 +340,27 @@ def _hold(
     open_txns: Sequence[OpenTransaction],
     why: str,
     bootstrap: str,
+    *,
+    markers: Sequence[str],
 ) -> None:
+    """``markers``: the marker the task would write on each of ``open_txns`` (``commit`` where
+    the coordinator had committed that transaction)."""
     if transactional_id in _held:
         return
     labels = [(owner, t.topic, str(t.partition)) for t in open_txns] or [(owner, "unknown", "")]
     for label in labels:
         metrics.HANGING_TRANSACTION_HELD.labels(*label).set(1)
     _held[transactional_id] = labels
-    commands = [free_command(t, bootstrap) for t in open_txns]
     log.error(
-        "partition held: our producer id has an open transaction we may not abort; grant "
-        "ClusterAction (and READ on the output topics), or free it with the command",
+        "partition held: our producer id has an open transaction we may not end; grant "
+        "ClusterAction (and READ on the output topics) and the task ends it as its coordinator "
+        "decided (markers); the command shows what is open and how it ended",
         extra=fields(
             transactional_id=transactional_id,
             partitions=[f"{t.topic}-{t.partition}" for t in open_txns],
+            markers=list(markers),
             error=why,
-            command=" ; ".join(commands)
-            or "processor doctor transactions --abort (with a principal that has ClusterAction)",
+            command=doctor_command(bootstrap),
         ),
     )
 
