@@ -20,6 +20,10 @@ permission a principal lacks.
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
+import subprocess
+import sys
 from typing import Any
 
 import orjson
@@ -35,7 +39,7 @@ from processor.runtime.acls import AclBinding, Operation, PatternType, ResourceT
 from processor.runtime.clients import admin_client, discard_producer
 from processor.runtime.tail import read_records
 from processor.settings import Settings
-from tests.integration.conftest import wait_until
+from tests.integration.conftest import REPO_ROOT, wait_until
 from tests.integration.test_secured_broker import (  # noqa: F401  (fixtures)
     Deployment,
     _verification,
@@ -98,6 +102,24 @@ async def _values(admin: Settings, topic: str) -> list[bytes]:
     return [r.value async for r in read_records(admin, topic)]
 
 
+def _on_a_terminal(argv: list[str], env: dict[str, str], typed: bytes) -> tuple[int, str, str]:
+    """``processor ARGV`` in a subprocess whose stdin is a terminal (a pty) where ``typed`` is
+    typed."""
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "processor.cli", *argv],
+            stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=REPO_ROOT, env=env,
+        )  # fmt: skip
+        os.write(controller, typed)
+        out, err = process.communicate(timeout=120)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    return process.returncode, out.decode(), err.decode()
+
+
 def _rows(out: str) -> dict[str, dict[str, Any]]:
     rows = [orjson.loads(line) for line in out.splitlines()]
     return {f"{r['topic']}-{r['partition']}": r for r in rows}
@@ -152,6 +174,14 @@ async def test_the_doctor_commits_what_the_coordinator_committed_and_leaves_othe
         assert f"leave (foreign) {topics.fragments}-0" in out
         assert "--yes" in err
         assert await _open_on(admin, dispatch_1) == [left]  # nothing written
+
+        # on a terminal it asks; anything but yes writes nothing
+        argv = [*doctor, "--older-than", "0", "--end"]
+        code, out, err = await asyncio.to_thread(_on_a_terminal, argv, dep.env("admin"), b"n\n")
+        assert code == ExitCode.USAGE, out + err
+        assert "Write the 1 markers above, as their coordinators decided? [y/N]" in out
+        assert "not confirmed: nothing written" in err
+        assert await _open_on(admin, dispatch_1) == [left]
 
         code, out, err = await run_cli(
             _Bounded, [*doctor, "--older-than", "0", "--end", "--yes"], dep.env("admin")
