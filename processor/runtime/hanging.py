@@ -77,7 +77,7 @@ _DONE: Final = {"abort": "aborted", "commit": "committed"}
 
 
 class TransactionHeld(Exception):
-    """Open transactions of a task's own producer id that it may not abort: the task is held."""
+    """Open transactions of a task's own producer id that it may not end: the task is held."""
 
     def __init__(self, transactional_id: str, open_txns: Sequence[OpenTransaction], why: str):
         names = ", ".join(f"{t.topic}-{t.partition}" for t in open_txns) or "its output partitions"
