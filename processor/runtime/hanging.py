@@ -13,6 +13,9 @@ which open transactions are a task's own and hanging, whether each gets an ABORT
 coordinator had committed) a COMMIT marker, and holding the task when it may not write them.
 Its public names include the admin calls' (re-exported), so callers import one module.
 
+:func:`commit_before_fence` runs just before a task's ``InitProducerId``: what the coordinator
+committed without a marker gets its COMMIT marker while the coordinator still says so (held
+there, without ``InitProducerId``, when the task may not write it).
 :func:`end_own_hanging` is what a task's transactional producer runs after ``InitProducerId``
 and before it writes anything (:mod:`processor.runtime.partition`,
 :mod:`processor.executor.client`). ``InitProducerId`` returns only once the coordinator has
@@ -63,6 +66,7 @@ __all__ = [
     "TransactionHeld",
     "abort_transactions",
     "across_retries",
+    "commit_before_fence",
     "decided_previous",
     "describe_open_transactions",
     "doctor_command",
@@ -163,6 +167,63 @@ def across_retries(fresh: Previous | None, before: Previous | None) -> Previous 
     if fresh.state == "Empty" and fresh.producer_id == before.producer_id and bumped in (1, 2):
         return before
     return fresh
+
+
+async def commit_before_fence(
+    client: _Client,
+    *,
+    previous: Previous | None,
+    transactional_id: str,
+    partitions: Iterable[TopicPartition],
+    owner: str,
+    bootstrap: str,
+) -> list[OpenTransaction]:
+    """Before ``InitProducerId``: COMMIT what the coordinator committed without a marker here.
+
+    When ``previous`` (:func:`decided_previous`, read just before) says the id's last
+    transaction was committed, the transactions of that producer id and epoch still open on
+    ``partitions`` are committed ones whose marker was skipped (seed 19, committed). They get
+    the COMMIT marker now, while the coordinator still says so: ``InitProducerId`` leaves the id
+    ``Empty`` and forgets it, and a task held after it (no ClusterAction) or restarted could no
+    longer tell that commit from an abort (nor could ``processor doctor transactions``), and
+    would abort a committed dispatch. Without permission raises :class:`TransactionHeld`
+    before ``InitProducerId``, so the coordinator keeps its decision for the next try and for
+    the doctor. Returns what it committed; anything else is left to :func:`end_own_hanging`."""
+    if previous is None or not previous.committed:
+        return []
+    try:
+        committed = [
+            t
+            for t in await describe_open_transactions(client, partitions)
+            if (t.producer_id, t.producer_epoch) == (previous.producer_id, previous.producer_epoch)
+        ]
+    except HangingError as exc:
+        if not exc.denied:
+            raise
+        _hold(owner, transactional_id, [], str(exc), bootstrap, markers=[])
+        raise TransactionHeld(transactional_id, [], str(exc)) from exc
+    if not committed:
+        return []
+    try:
+        await abort_transactions(client, committed, commit=True)
+    except HangingError as exc:
+        if not exc.denied:
+            raise
+        markers = ["commit"] * len(committed)
+        _hold(owner, transactional_id, committed, str(exc), bootstrap, markers=markers)
+        raise TransactionHeld(transactional_id, committed, str(exc)) from exc
+    metrics.HANGING_TRANSACTIONS_ENDED.labels(owner, "commit").inc(len(committed))
+    log.warning(
+        "hanging transactions of our producer id committed",
+        extra=fields(
+            transactional_id=transactional_id,
+            producer_id=previous.producer_id,
+            partitions=[f"{t.topic}-{t.partition}" for t in committed],
+            start_offsets=[t.start_offset for t in committed],
+            coordinator_state=previous.state,
+        ),
+    )
+    return committed
 
 
 async def end_own_hanging(

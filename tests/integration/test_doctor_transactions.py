@@ -35,11 +35,19 @@ from processor.cli import doctor as doctor_cli
 from processor.cli import errors
 from processor.exits import ExitCode
 from processor.runtime import hanging
-from processor.runtime.acls import AclBinding, Operation, PatternType, ResourceType, apply_acls
+from processor.runtime.acls import (
+    AclBinding,
+    Operation,
+    PatternType,
+    ResourceType,
+    Role,
+    acl_bindings,
+    apply_acls,
+)
 from processor.runtime.clients import admin_client, discard_producer
 from processor.runtime.tail import read_records
 from processor.settings import Settings
-from tests.integration.conftest import REPO_ROOT, wait_until
+from tests.integration.conftest import REPO_ROOT, TOOLS_YAML, WorkerProcess, wait_until
 from tests.integration.test_secured_broker import (  # noqa: F401  (fixtures)
     Deployment,
     _verification,
@@ -244,4 +252,87 @@ async def test_a_missing_permission_exits_77_naming_it(
         assert f"will commit {topics.dispatch}-1" in out  # the plan came first
         assert len(await _open_on(admin, dispatch_1)) == 1  # nothing written
     finally:
+        await _verification(admin, enabled=True)
+
+
+async def test_a_task_held_on_a_committed_one_leaves_the_doctor_its_commit(
+    deployment: Deployment,  # noqa: F811
+) -> None:
+    """The seed-19 shape, committed, on a worker's output partition, and a worker that may not
+    write markers (User:adapter with the worker's ACLs but not ClusterAction). The worker's
+    fence reads the coordinator's ``CompleteCommit`` and is held *before* its
+    ``InitProducerId``, with a held line that says ``commit``: the coordinator still knows
+    that transaction was committed, so the doctor's verdict is ``commit`` and its marker makes
+    the dispatch visible, once; the worker then goes on. Before, the held worker's
+    ``InitProducerId`` made the coordinator forget (``Empty``): the doctor could not tell (an
+    abort then, before issue 38) and the worker itself, granted ClusterAction after a few
+    retries or restarted, aborted the committed dispatch."""
+    dep = deployment
+    admin = dep.settings("admin")
+    topics = admin.topics
+    dispatch_1 = TopicPartition(topics.dispatch, 1)
+    key = f"{topics.dispatch}-1"
+    no_cluster_action = [
+        b
+        for b in acl_bindings(admin, {Role.WORKER: "User:adapter"}, executor_group="unused")
+        if b.resource_type is not ResourceType.CLUSTER
+    ]
+    async with admin_client(admin) as client:
+        await apply_acls(client, no_cluster_action)
+    (dep.tmp_path / "tools.yaml").write_text(TOOLS_YAML)
+    env = {
+        "PROCESSOR_TOOLS_FILE": str(dep.tmp_path / "tools.yaml"),
+        "PROCESSOR_SESSION_TIMEOUT_MS": "6000",
+        "PROCESSOR_TRANSACTION_TIMEOUT_MS": "5000",
+        "PROCESSOR_COMMIT_TIMEOUT_SECONDS": "4",
+        "PROCESSOR_POLL_TIMEOUT_MS": "100",
+    }
+    held = WorkerProcess("held-worker", dep.env("adapter") | env, dep.tmp_path / "held.log")
+    await _verification(admin, enabled=False)
+    try:
+        producer_id, _ = await _leave_committed_open(admin, dispatch_1)
+
+        def held_lines() -> list[dict[str, Any]]:
+            return [r for r in held.log_records() if r.get("msg", "").startswith("partition held")]
+
+        [line] = await wait_until(
+            lambda: asyncio.sleep(0, held_lines()), timeout=90, what="the held line"
+        )
+        assert (line["partitions"], line["markers"]) == ([key], ["commit"]), line
+        assert line["command"].startswith("processor doctor transactions")
+
+        async def judged() -> dict[str, Any] | None:
+            code, out, err = await run_cli(
+                _Bounded,
+                ["doctor", "transactions", "--older-than", "0", "--json"],
+                dep.env("admin"),
+            )
+            assert code in (0, 1), out + err
+            row = _rows(out)[key]
+            return row if row["verdict"] != "ending" else None
+
+        row = await wait_until(judged, timeout=30, what="the doctor's verdict")
+        assert (row["verdict"], row["coordinator_state"]) == ("commit", "CompleteCommit"), row
+        assert row["producer_id"] == producer_id
+        assert COMMITTED not in await _values(admin, topics.dispatch)
+
+        code, out, err = await run_cli(
+            _Bounded,
+            ["doctor", "transactions", "--older-than", "0", "--end", "--yes"],
+            dep.env("admin"),
+        )
+        assert code == 0, out + err
+        assert f"committed  {key} producer {producer_id}" in out
+        assert (await _values(admin, topics.dispatch)).count(COMMITTED) == 1
+
+        async def both_ready() -> bool:
+            return (await held.readiness()).get("ready") == [0, 1]
+
+        await wait_until(both_ready, timeout=90, what="the worker, no longer held")
+        assert len(held_lines()) == 1
+        assert (await _values(admin, topics.dispatch)).count(COMMITTED) == 1
+    finally:
+        held.terminate()
+        await held.wait_exit(timeout=30)
+        held.close()
         await _verification(admin, enabled=True)
