@@ -71,8 +71,8 @@ class Transactions(ClientState):
         previous = hanging.across_retries(previous, self._fenced_before.get(partition))
         self._fenced_before[partition] = previous
         topics = (self.topics.executions, self.topics.results, self.topics.status)
-        if consumer is not None:  # a skipped commit marker: committed before InitProducerId
-            await hanging.commit_before_fence(
+        if consumer is not None:  # a skipped commit marker we may not write: held before Init
+            await hanging.hold_before_fence(
                 consumer._client,
                 previous=previous,
                 transactional_id=transactional_id,

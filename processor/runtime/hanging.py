@@ -13,9 +13,9 @@ which open transactions are a task's own and hanging, whether each gets an ABORT
 coordinator had committed) a COMMIT marker, and holding the task when it may not write them.
 Its public names include the admin calls' (re-exported), so callers import one module.
 
-:func:`commit_before_fence` runs just before a task's ``InitProducerId``: what the coordinator
-committed without a marker gets its COMMIT marker while the coordinator still says so (held
-there, without ``InitProducerId``, when the task may not write it).
+:func:`hold_before_fence` runs just before a task's ``InitProducerId``: a commit the coordinator
+made without a marker here, which the task may not write, holds the task there, before
+``InitProducerId`` makes the coordinator forget it.
 :func:`end_own_hanging` is what a task's transactional producer runs after ``InitProducerId``
 and before it writes anything (:mod:`processor.runtime.partition`,
 :mod:`processor.executor.client`). ``InitProducerId`` returns only once the coordinator has
@@ -52,6 +52,7 @@ from processor.runtime.txn_admin import (
     _Client,
     abort_transactions,
     describe_open_transactions,
+    may_write_markers,
     partitions_of,
     previous_transaction,
 )
@@ -66,12 +67,12 @@ __all__ = [
     "TransactionHeld",
     "abort_transactions",
     "across_retries",
-    "commit_before_fence",
     "decided_previous",
     "describe_open_transactions",
     "doctor_command",
     "end_own_hanging",
     "end_skipped_commits",
+    "hold_before_fence",
     "partitions_of",
     "previous_transaction",
     "sweep",
@@ -169,7 +170,7 @@ def across_retries(fresh: Previous | None, before: Previous | None) -> Previous 
     return fresh
 
 
-async def commit_before_fence(
+async def hold_before_fence(
     client: _Client,
     *,
     previous: Previous | None,
@@ -177,20 +178,23 @@ async def commit_before_fence(
     partitions: Iterable[TopicPartition],
     owner: str,
     bootstrap: str,
-) -> list[OpenTransaction]:
-    """Before ``InitProducerId``: COMMIT what the coordinator committed without a marker here.
+) -> None:
+    """Before ``InitProducerId``: hold the task, rather than make the coordinator forget a
+    commit it cannot write.
 
     When ``previous`` (:func:`decided_previous`, read just before) says the id's last
     transaction was committed, the transactions of that producer id and epoch still open on
-    ``partitions`` are committed ones whose marker was skipped (seed 19, committed). They get
-    the COMMIT marker now, while the coordinator still says so: ``InitProducerId`` leaves the id
-    ``Empty`` and forgets it, and a task held after it (no ClusterAction) or restarted could no
-    longer tell that commit from an abort (nor could ``processor doctor transactions``), and
-    would abort a committed dispatch. Without permission raises :class:`TransactionHeld`
-    before ``InitProducerId``, so the coordinator keeps its decision for the next try and for
-    the doctor. Returns what it committed; anything else is left to :func:`end_own_hanging`."""
+    ``partitions`` are committed ones whose marker was skipped (seed 19, committed), and
+    :func:`end_own_hanging` gives them the COMMIT marker after ``InitProducerId`` (which fences
+    any older owner first). But ``InitProducerId`` leaves the id ``Empty``: a task that then
+    may not write the marker (no ClusterAction), once retried or restarted, could no longer
+    tell that commit from an abort, nor could ``processor doctor transactions``, and the
+    committed dispatch would end up aborted. So when there are such transactions, the
+    permission is asked first (:func:`~processor.runtime.txn_admin.may_write_markers`, which
+    writes nothing) and, without it, :class:`TransactionHeld` is raised before
+    ``InitProducerId``: the coordinator keeps its decision for the next try and the doctor."""
     if previous is None or not previous.committed:
-        return []
+        return
     try:
         committed = [
             t
@@ -202,28 +206,11 @@ async def commit_before_fence(
             raise
         _hold(owner, transactional_id, [], str(exc), bootstrap, markers=[])
         raise TransactionHeld(transactional_id, [], str(exc)) from exc
-    if not committed:
-        return []
-    try:
-        await abort_transactions(client, committed, commit=True)
-    except HangingError as exc:
-        if not exc.denied:
-            raise
-        markers = ["commit"] * len(committed)
-        _hold(owner, transactional_id, committed, str(exc), bootstrap, markers=markers)
-        raise TransactionHeld(transactional_id, committed, str(exc)) from exc
-    metrics.HANGING_TRANSACTIONS_ENDED.labels(owner, "commit").inc(len(committed))
-    log.warning(
-        "hanging transactions of our producer id committed",
-        extra=fields(
-            transactional_id=transactional_id,
-            producer_id=previous.producer_id,
-            partitions=[f"{t.topic}-{t.partition}" for t in committed],
-            start_offsets=[t.start_offset for t in committed],
-            coordinator_state=previous.state,
-        ),
-    )
-    return committed
+    if not committed or await may_write_markers(client):
+        return
+    why = "ClusterAuthorizationFailedError: may not write the COMMIT marker (WriteTxnMarkers)"
+    _hold(owner, transactional_id, committed, why, bootstrap, markers=["commit"] * len(committed))
+    raise TransactionHeld(transactional_id, committed, why)
 
 
 async def end_own_hanging(

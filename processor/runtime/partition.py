@@ -258,10 +258,10 @@ class PartitionTask:
                 # a try whose InitProducerId went through unanswered left the id Empty
                 previous = hanging.across_retries(previous, self.fenced_before)
                 self.fenced_before = previous  # until the hanging ones are ended
-                # a commit the coordinator made without a marker here: committed while it
-                # still says so (InitProducerId forgets it; held here, before it, otherwise)
-                phase = "committing what the coordinator committed"
-                await hanging.commit_before_fence(
+                # a commit the coordinator made without a marker here, which we may not
+                # write: held here, before InitProducerId makes the coordinator forget it
+                phase = "checking for a commit we may not write"
+                await hanging.hold_before_fence(
                     consumer._client,
                     previous=previous,
                     transactional_id=self.transactional_id,

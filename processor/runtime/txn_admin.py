@@ -45,6 +45,7 @@ __all__ = [
     "Previous",
     "abort_transactions",
     "describe_open_transactions",
+    "may_write_markers",
     "partitions_of",
     "previous_transaction",
 ]
@@ -444,6 +445,24 @@ async def abort_transactions(
             return
         pending = retry
         await _refresh(client, attempt)
+
+
+async def may_write_markers(client: _Client) -> bool:
+    """Whether this principal may write transaction markers (ClusterAction), asked without
+    writing any: a WriteTxnMarkers request for partition 0 of the topic named ``""``, which
+    cannot exist. The broker checks the permission for the whole request first
+    (CLUSTER_AUTHORIZATION_FAILED), then answers UNKNOWN_TOPIC_OR_PARTITION for the partition.
+    Raises :class:`HangingError` on any other answer."""
+    probe = OpenTransaction("", 0, -1, -1, -1, 0, -1)
+    await client.force_metadata_update()
+    node = client.get_random_node()
+    response = await client.send(node, WriteTxnMarkersRequest([probe]))
+    codes = {code for _, topics, _ in response.markers for _, ps, _ in topics for _, code, _ in ps}
+    if codes == {_CLUSTER_AUTHORIZATION_FAILED}:
+        return False
+    if codes <= {_NONE} | _NOT_LEADER:
+        return True
+    raise HangingError(f"WriteTxnMarkers probe: {sorted(codes)}", max(codes))
 
 
 async def previous_transaction(client: _Client, transactional_id: str) -> Previous | None:
