@@ -70,6 +70,16 @@ class Transactions(ClientState):
         # a try whose InitProducerId went through unanswered left the id Empty
         previous = hanging.across_retries(previous, self._fenced_before.get(partition))
         self._fenced_before[partition] = previous
+        topics = (self.topics.executions, self.topics.results, self.topics.status)
+        if consumer is not None:  # a skipped commit marker we may not write: held before Init
+            await hanging.hold_before_fence(
+                consumer._client,
+                previous=previous,
+                transactional_id=transactional_id,
+                partitions=await hanging.partitions_of(consumer._client, topics),
+                owner="executor",
+                bootstrap=self.settings.bootstrap_servers,
+            )
         producer = AIOKafkaProducer(
             **self.settings.kafka_client_kwargs(),
             transactional_id=transactional_id,
@@ -86,7 +96,6 @@ class Transactions(ClientState):
                 await producer.start()
             # before it writes anything: what the coordinator completed without a marker on an
             # output partition (processor.runtime.hanging); TransactionHeld when it may not
-            topics = (self.topics.executions, self.topics.results, self.topics.status)
             await hanging.end_own_hanging(
                 producer.client,
                 producer_id=producer._txn_manager.producer_id,

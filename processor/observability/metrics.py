@@ -166,8 +166,9 @@ HANGING_TRANSACTIONS_ENDED: Final = Counter(
 HANGING_TRANSACTION_HELD: Final = Gauge(
     "toolcall_hanging_transaction_held",
     "1 while an output partition holds an open transaction of a task's own producer id that "
-    "the task may not abort (no ClusterAction, or no READ to describe it): the task waits. "
-    'The error log line gives the command that frees it. Topic "unknown": not describable.',
+    "the task may not end (no ClusterAction, or no READ to describe it): the task waits. "
+    "The error log line names the marker its coordinator's decision calls for. "
+    'Topic "unknown": not describable.',
     ["owner", "topic", "partition"],
 )
 

@@ -13,15 +13,21 @@ which open transactions are a task's own and hanging, whether each gets an ABORT
 coordinator had committed) a COMMIT marker, and holding the task when it may not write them.
 Its public names include the admin calls' (re-exported), so callers import one module.
 
+:func:`hold_before_fence` runs just before a task's ``InitProducerId``: a commit the coordinator
+made without a marker here, which the task may not write, holds the task there, before
+``InitProducerId`` makes the coordinator forget it.
 :func:`end_own_hanging` is what a task's transactional producer runs after ``InitProducerId``
 and before it writes anything (:mod:`processor.runtime.partition`,
 :mod:`processor.executor.client`). ``InitProducerId`` returns only once the coordinator has
 completed the previous transaction of the id, so any transaction of the producer id still open on
 a partition then is hanging. Without the permissions it raises :class:`TransactionHeld`: the task
-is held (never commits over the open transaction), with one error log line and the
-``toolcall_hanging_transaction_held`` gauge naming the partition and the command that frees it.
+is held (never commits over the open transaction), with one error log line (the partitions, the
+marker the coordinator's decision calls for on each, and ``processor doctor transactions``) and
+the ``toolcall_hanging_transaction_held`` gauge naming the partition.
 
-``processor doctor transactions`` (:mod:`processor.cli.doctor`) lists them for an operator.
+``processor doctor transactions`` (:mod:`processor.cli.doctor`, its policy in
+:mod:`processor.runtime.txn_remedies`) lists them for an operator, and ends those whose
+coordinator's decision it can still read.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from processor.runtime.txn_admin import (
     _Client,
     abort_transactions,
     describe_open_transactions,
+    may_write_markers,
     partitions_of,
     previous_transaction,
 )
@@ -62,9 +69,10 @@ __all__ = [
     "across_retries",
     "decided_previous",
     "describe_open_transactions",
+    "doctor_command",
     "end_own_hanging",
     "end_skipped_commits",
-    "free_command",
+    "hold_before_fence",
     "partitions_of",
     "previous_transaction",
     "sweep",
@@ -74,7 +82,7 @@ _DONE: Final = {"abort": "aborted", "commit": "committed"}
 
 
 class TransactionHeld(Exception):
-    """Open transactions of a task's own producer id that it may not abort: the task is held."""
+    """Open transactions of a task's own producer id that it may not end: the task is held."""
 
     def __init__(self, transactional_id: str, open_txns: Sequence[OpenTransaction], why: str):
         names = ", ".join(f"{t.topic}-{t.partition}" for t in open_txns) or "its output partitions"
@@ -84,22 +92,11 @@ class TransactionHeld(Exception):
         self.why = why
 
 
-def free_command(txn: OpenTransaction, bootstrap: str) -> str:
-    """The ``kafka-transactions.sh`` command that aborts ``txn`` (run with ClusterAction)."""
-    return shlex.join(
-        [
-            "kafka-transactions.sh",
-            "--bootstrap-server",
-            bootstrap,
-            "abort",
-            "--topic",
-            txn.topic,
-            "--partition",
-            str(txn.partition),
-            "--start-offset",
-            str(txn.start_offset),
-        ]
-    )
+def doctor_command(bootstrap: str) -> str:
+    """The command that shows an operator what ends a held task's open transactions: ``processor
+    doctor transactions``, whose remedy follows the coordinator (never a bare abort: the held
+    transaction may be one the coordinator committed)."""
+    return shlex.join(["processor", "doctor", "transactions", "--bootstrap-servers", bootstrap])
 
 
 # ---------------------------------------------------------------------- a task's own
@@ -173,6 +170,49 @@ def across_retries(fresh: Previous | None, before: Previous | None) -> Previous 
     return fresh
 
 
+async def hold_before_fence(
+    client: _Client,
+    *,
+    previous: Previous | None,
+    transactional_id: str,
+    partitions: Iterable[TopicPartition],
+    owner: str,
+    bootstrap: str,
+) -> None:
+    """Before ``InitProducerId``: hold the task, rather than make the coordinator forget a
+    commit it cannot write.
+
+    When ``previous`` (:func:`decided_previous`, read just before) says the id's last
+    transaction was committed, the transactions of that producer id and epoch still open on
+    ``partitions`` are committed ones whose marker was skipped (seed 19, committed), and
+    :func:`end_own_hanging` gives them the COMMIT marker after ``InitProducerId`` (which fences
+    any older owner first). But ``InitProducerId`` leaves the id ``Empty``: a task that then
+    may not write the marker (no ClusterAction), once retried or restarted, could no longer
+    tell that commit from an abort, nor could ``processor doctor transactions``, and the
+    committed dispatch would end up aborted. So when there are such transactions, the
+    permission is asked first (:func:`~processor.runtime.txn_admin.may_write_markers`, which
+    writes nothing) and, without it, :class:`TransactionHeld` is raised before
+    ``InitProducerId``: the coordinator keeps its decision for the next try and the doctor."""
+    if previous is None or not previous.committed:
+        return
+    try:
+        committed = [
+            t
+            for t in await describe_open_transactions(client, partitions)
+            if (t.producer_id, t.producer_epoch) == (previous.producer_id, previous.producer_epoch)
+        ]
+    except HangingError as exc:
+        if not exc.denied:
+            raise
+        _hold(owner, transactional_id, [], str(exc), bootstrap, markers=[])
+        raise TransactionHeld(transactional_id, [], str(exc)) from exc
+    if not committed or await may_write_markers(client):
+        return
+    why = "ClusterAuthorizationFailedError: may not write the COMMIT marker (WriteTxnMarkers)"
+    _hold(owner, transactional_id, committed, why, bootstrap, markers=["commit"] * len(committed))
+    raise TransactionHeld(transactional_id, committed, why)
+
+
 async def end_own_hanging(
     client: _Client,
     *,
@@ -206,7 +246,7 @@ async def end_own_hanging(
     except HangingError as exc:
         if not exc.denied:
             raise
-        _hold(owner, transactional_id, [], str(exc), bootstrap)
+        _hold(owner, transactional_id, [], str(exc), bootstrap, markers=[])
         raise TransactionHeld(transactional_id, [], str(exc)) from exc
     committed_id = previous.producer_id if previous is not None and previous.committed else None
     to_commit = [t for t in open_txns if t.producer_id == committed_id]
@@ -219,7 +259,8 @@ async def end_own_hanging(
         except HangingError as exc:
             if not exc.denied:
                 raise
-            _hold(owner, transactional_id, open_txns, str(exc), bootstrap)
+            markers = ["commit" if t in to_commit else "abort" for t in open_txns]
+            _hold(owner, transactional_id, open_txns, str(exc), bootstrap, markers=markers)
             raise TransactionHeld(transactional_id, open_txns, str(exc)) from exc
         metrics.HANGING_TRANSACTIONS_ENDED.labels(owner, marker).inc(len(txns))
         log.warning(
@@ -347,23 +388,27 @@ def _hold(
     open_txns: Sequence[OpenTransaction],
     why: str,
     bootstrap: str,
+    *,
+    markers: Sequence[str],
 ) -> None:
+    """``markers``: the marker the task would write on each of ``open_txns`` (``commit`` where
+    the coordinator had committed that transaction)."""
     if transactional_id in _held:
         return
     labels = [(owner, t.topic, str(t.partition)) for t in open_txns] or [(owner, "unknown", "")]
     for label in labels:
         metrics.HANGING_TRANSACTION_HELD.labels(*label).set(1)
     _held[transactional_id] = labels
-    commands = [free_command(t, bootstrap) for t in open_txns]
     log.error(
-        "partition held: our producer id has an open transaction we may not abort; grant "
-        "ClusterAction (and READ on the output topics), or free it with the command",
+        "partition held: our producer id has an open transaction we may not end; grant "
+        "ClusterAction (and READ on the output topics) and the task ends it as its coordinator "
+        "decided (markers); the command shows what is open and how it ended",
         extra=fields(
             transactional_id=transactional_id,
             partitions=[f"{t.topic}-{t.partition}" for t in open_txns],
+            markers=list(markers),
             error=why,
-            command=" ; ".join(commands)
-            or "processor doctor transactions --abort (with a principal that has ClusterAction)",
+            command=doctor_command(bootstrap),
         ),
     )
 

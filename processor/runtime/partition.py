@@ -258,6 +258,17 @@ class PartitionTask:
                 # a try whose InitProducerId went through unanswered left the id Empty
                 previous = hanging.across_retries(previous, self.fenced_before)
                 self.fenced_before = previous  # until the hanging ones are ended
+                # a commit the coordinator made without a marker here, which we may not
+                # write: held here, before InitProducerId makes the coordinator forget it
+                phase = "checking for a commit we may not write"
+                await hanging.hold_before_fence(
+                    consumer._client,
+                    previous=previous,
+                    transactional_id=self.transactional_id,
+                    partitions=await self._output_partitions(consumer._client),
+                    owner="worker",
+                    bootstrap=s.bootstrap_servers,
+                )
                 producer = AIOKafkaProducer(
                     transactional_id=self.transactional_id,
                     partitioner=default_partitioner,
@@ -390,6 +401,14 @@ class PartitionTask:
             partition=self.partition,
         )
 
+    async def _output_partitions(self, client: Any) -> list[TopicPartition]:
+        """Every partition of the output topics (records are routed by key) and changelog
+        partition p: where this task's transactions write."""
+        outputs = sorted({self.topics.output(kind) for kind in OUTPUT_TOPIC.values()})
+        partitions = await hanging.partitions_of(client, outputs)
+        partitions.append(TopicPartition(self.topics.changelog, self.partition))
+        return partitions
+
     async def _end_hanging(
         self, producer: AIOKafkaProducer, previous: hanging.Previous | None
     ) -> None:
@@ -400,14 +419,11 @@ class PartitionTask:
         commit marker there would make the aborted records visible (:mod:`.hanging`). Every
         partition of the output topics (records are routed by key) and changelog partition p.
         Raises :class:`~processor.runtime.hanging.TransactionHeld` when it may not."""
-        outputs = sorted({self.topics.output(kind) for kind in OUTPUT_TOPIC.values()})
-        partitions = await hanging.partitions_of(producer.client, outputs)
-        partitions.append(TopicPartition(self.topics.changelog, self.partition))
         await hanging.end_own_hanging(
             producer.client,
             producer_id=producer._txn_manager.producer_id,
             transactional_id=self.transactional_id,
-            partitions=partitions,
+            partitions=await self._output_partitions(producer.client),
             owner="worker",
             bootstrap=self.settings.bootstrap_servers,
             previous=previous,

@@ -266,6 +266,7 @@ class RocksStore:
         raises only at its end: its reader must discard what it read when it does."""
         start = prefix.encode()
         seen = Tally()
+        it: Any = None
         try:
             it = self.db.iter()
             it.seek(start if start else b"\x01")  # past the reserved NUL keys
@@ -283,6 +284,11 @@ class RocksStore:
             raise
         except Exception as exc:  # UnicodeDecodeError, or RocksDB's corruption / IO errors
             raise StoreCorrupt(f"{self.path}: unreadable ({type(exc).__name__})") from exc
+        finally:
+            # the iterator holds the database, and its lock, for as long as it lives: released
+            # here, not by the garbage collector (the traceback of a failed scan keeps this
+            # frame, so a replacement store at the same path would stay StoreLocked until then)
+            it = None
         if not prefix and seen != self._tally:
             raise StoreCorrupt(f"{self.path}: {seen.count} records read, tally says otherwise")
 

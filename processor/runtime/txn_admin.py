@@ -14,7 +14,8 @@ results. No policy: which transactions are hanging and what a task does about th
   that ``DescribeProducers`` reported. Needs CLUSTER_ACTION on the cluster.
 - ``DescribeTransactions`` (api 65, v0), sent to the transactional id's coordinator before
   ``InitProducerId``: how the coordinator left the id's last transaction (``PrepareCommit``,
-  ``CompleteCommit``: committed).
+  ``CompleteCommit``: committed), its producer id and epoch, its timeout, start time and
+  partitions. Needs DESCRIBE on the transactional id.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "Previous",
     "abort_transactions",
     "describe_open_transactions",
+    "may_write_markers",
     "partitions_of",
     "previous_transaction",
 ]
@@ -52,7 +54,14 @@ _NONE: Final = 0
 _NOT_LEADER: Final = frozenset({3, 6, 5})  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER, LEADER_N/A
 _TOPIC_AUTHORIZATION_FAILED: Final = 29
 _CLUSTER_AUTHORIZATION_FAILED: Final = 31
-_DENIED: Final = frozenset({_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED})
+_TXN_ID_AUTHORIZATION_FAILED: Final = 53
+# a refusal → the permission the request needs (the broker's ACL operation and resource)
+_PERMISSION: Final = {
+    _TOPIC_AUTHORIZATION_FAILED: "READ on the topic (DescribeProducers)",
+    _CLUSTER_AUTHORIZATION_FAILED: "ClusterAction on the cluster (WriteTxnMarkers)",
+    _TXN_ID_AUTHORIZATION_FAILED: "DESCRIBE on the transactional ids (DescribeTransactions)",
+}
+_DENIED: Final = frozenset(_PERMISSION)
 _ATTEMPTS: Final = 8
 _BACKOFF_SECONDS: Final = 0.1  # doubled per attempt, at most 2 s: about 7 s in all
 _TRANSACTIONAL_ID_NOT_FOUND: Final = 105
@@ -302,6 +311,9 @@ class Previous:
     producer_id: int
     state: str  # Empty, Ongoing, PrepareCommit, CompleteAbort, …
     producer_epoch: int = -1
+    timeout_ms: int = -1  # the transaction timeout the producer asked for
+    start_ms: int = -1  # when its last transaction began (-1: none since InitProducerId)
+    partitions: frozenset[tuple[str, int]] = frozenset()  # what that transaction added
 
     @property
     def committed(self) -> bool:
@@ -318,6 +330,11 @@ class HangingError(Exception):
     @property
     def denied(self) -> bool:
         return self.code in _DENIED
+
+    @property
+    def permission(self) -> str | None:
+        """The permission a refused request needs (None: not a refusal)."""
+        return _PERMISSION.get(self.code)
 
 
 # ---------------------------------------------------------------------- requests
@@ -430,6 +447,24 @@ async def abort_transactions(
         await _refresh(client, attempt)
 
 
+async def may_write_markers(client: _Client) -> bool:
+    """Whether this principal may write transaction markers (ClusterAction), asked without
+    writing any: a WriteTxnMarkers request for partition 0 of the topic named ``""``, which
+    cannot exist. The broker checks the permission for the whole request first
+    (CLUSTER_AUTHORIZATION_FAILED), then answers UNKNOWN_TOPIC_OR_PARTITION for the partition.
+    Raises :class:`HangingError` on any other answer."""
+    probe = OpenTransaction("", 0, -1, -1, -1, 0, -1)
+    await client.force_metadata_update()
+    node = client.get_random_node()
+    response = await client.send(node, WriteTxnMarkersRequest([probe]))
+    codes = {code for _, topics, _ in response.markers for _, ps, _ in topics for _, code, _ in ps}
+    if codes == {_CLUSTER_AUTHORIZATION_FAILED}:
+        return False
+    if codes <= {_NONE} | _NOT_LEADER:
+        return True
+    raise HangingError(f"WriteTxnMarkers probe: {sorted(codes)}", max(codes))
+
+
 async def previous_transaction(client: _Client, transactional_id: str) -> Previous | None:
     """The coordinator's state of ``transactional_id`` (None: it has none). Ask before
     ``InitProducerId``: a transaction it committed without writing every marker (the same skip,
@@ -441,11 +476,14 @@ async def previous_transaction(client: _Client, transactional_id: str) -> Previo
     for attempt in range(_ATTEMPTS):
         node = await client.coordinator_lookup(_TRANSACTION_COORDINATOR, transactional_id)
         response = await client.send(node, DescribeTransactionsRequest([transactional_id]))
-        [(code, _, state, _, _, producer_id, epoch, _, _)] = response.transaction_states
+        [(code, _, state, timeout, start, producer_id, epoch, topics, _)] = (
+            response.transaction_states
+        )
         if code == _TRANSACTIONAL_ID_NOT_FOUND:
             return None
         if code == _NONE:
-            return Previous(producer_id, state, epoch)
+            added = frozenset((name, p) for name, parts, _ in topics for p in parts)
+            return Previous(producer_id, state, epoch, timeout, start, added)
         if code not in _COORDINATOR_MOVED or attempt + 1 == _ATTEMPTS:
             raise HangingError(
                 f"DescribeTransactions {transactional_id}: {for_code(code).__name__}", code

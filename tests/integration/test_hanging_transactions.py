@@ -12,6 +12,7 @@ with those values ends it: ``read_committed`` readers get past it and never see 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -110,37 +111,54 @@ async def test_an_open_transaction_is_described_and_aborted(left_open: Open) -> 
     assert values == [b"aborted-1", b"aborted-2"]
 
 
-def test_doctor_lists_then_aborts_a_hanging_transaction(
+async def test_doctor_leaves_live_and_foreign_transactions_alone(
     left_open: Open, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The fixture's transaction is another application's (its own transactional id): listed
+    ``foreign`` and never touched, even with ``--end --yes --older-than 0``. One of the
+    deployment's own ids, still ``Ongoing`` at its coordinator, is ``open``: its coordinator
+    ends it. Neither is hanging (exit 0). Before (issue 38), both were aborted once idle past
+    ``--older-than``."""
     case = left_open
+    application_id = f"{case.settings.topic_prefix}assembler"
+    ours = AIOKafkaProducer(
+        bootstrap_servers=case.settings.bootstrap_servers,
+        transactional_id=f"{application_id}-1",
+        transaction_timeout_ms=60_000,
+    )
+    await ours.start()
+    try:
+        ours_id = ours._txn_manager.producer_id
+        await ours.begin_transaction()
+        await (await ours.send(case.tp.topic, b"ours", partition=1))
+    finally:
+        await discard_producer(ours)  # no EndTxn: Ongoing until its timeout
     connection = [
         "--bootstrap-servers",
         case.settings.bootstrap_servers,
         "--topic-prefix",
         case.settings.topic_prefix,
+        "--application-id",
+        application_id,
     ]
-    base = ["doctor", "transactions", *connection]
+    base = ["doctor", "transactions", *connection, "--older-than", "0"]
 
-    # idle less than the default 60 s: open, not hanging
-    assert cli.main(base) == 0
-    out = capsys.readouterr().out
-    assert f"open     {case.tp.topic}-0 producer {case.producer_id}" in out
-    assert out.endswith("1 open transactions on 22 partitions, 0 hanging\n")
+    assert await asyncio.to_thread(cli.main, [*base, "--json"]) == 0
+    rows = {r["partition"]: r for r in map(orjson.loads, capsys.readouterr().out.splitlines())}
+    assert rows[0]["producer_id"] == case.producer_id and rows[0]["verdict"] == "foreign"
+    assert rows[1]["producer_id"] == ours_id and rows[1]["verdict"] == "open"
+    assert rows[1]["transactional_id"] == f"{application_id}-1"
+    assert rows[1]["coordinator_state"] == "Ongoing"
+    assert not rows[0]["hanging"] and not rows[1]["hanging"]
 
-    assert cli.main([*base, "--older-than", "0", "--json"]) == 1
-    [row] = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert row["topic"] == case.tp.topic and row["partition"] == 0
-    assert (row["hanging"], row["aborted"], row["start_offset"]) == (True, False, 0)
-    assert cli.main([*base, "--older-than", "0"]) == 1
+    assert await asyncio.to_thread(cli.main, [*base, "--end", "--yes"]) == 0
     out = capsys.readouterr().out
-    assert "HANGING" in out
-    assert (
-        f"kafka-transactions.sh --bootstrap-server {case.settings.bootstrap_servers} abort" in out
+    assert f"foreign    {case.tp.topic}-0 producer {case.producer_id}" in out
+    assert f"open       {case.tp.topic}-1 producer {ours_id}" in out
+    assert out.endswith(
+        "2 open transactions on 22 partitions (1 foreign, 1 open), 0 hanging, 0 ended\n"
     )
-    assert f"--topic {case.tp.topic} --partition 0 --start-offset 0" in out
-
-    assert cli.main([*base, "--older-than", "0", "--abort"]) == 0
-    assert "1 hanging, aborted" in capsys.readouterr().out
-    assert cli.main([*base, "--older-than", "0"]) == 0
-    assert capsys.readouterr().out.endswith("0 open transactions on 22 partitions, 0 hanging\n")
+    async for client in _client(case.settings):
+        other = TopicPartition(case.tp.topic, 1)
+        still = await hanging.describe_open_transactions(client, [case.tp, other])
+        assert sorted(t.producer_id for t in still) == sorted([case.producer_id, ours_id])

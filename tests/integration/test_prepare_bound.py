@@ -36,7 +36,10 @@ async def test_a_fence_that_cannot_finish_fails_the_preparation(runtime: Runtime
     await consumer.start()
     try:
         # the message names the step the bound caught (which one depends on the machine's pace)
-        steps = "reading the previous transaction.s state|InitProducerId|ending hanging"
+        steps = (
+            "reading the previous transaction.s state|checking for a commit we may not write"
+            "|InitProducerId|ending hanging"
+        )
         with pytest.raises(KafkaTimeoutError, match=rf"took over 0 s \(({steps})"):
             await asyncio.wait_for(task.prepare(consumer), 30)
         assert task.producer is None

@@ -159,5 +159,10 @@ async def test_a_stop_held_in_a_damaged_store_is_still_enforced(
     [ready] = [r for r in w2.log_records() if r.get("msg") == "partition ready"]
     assert ready["restore"] == "full"  # never "checkpoint" from a short read
     assert any(r.get("msg", "").startswith("local state store") for r in w2.log_records())
+    # replaced on the first preparation: the failed scan let go of the store's lock (issue 38)
+    retried = [
+        r for r in w2.log_records() if r.get("msg") == "partition preparation failed; retrying"
+    ]
+    assert [r.get("error") for r in retried] == [], retried
     w2.terminate()
     assert await w2.wait_exit() == 0

@@ -6,7 +6,9 @@ a message could quote a key or a value); the runtime logs and counts it.
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.core.assembler import Assembler
+from processor.runtime.partition import PartitionTask
 from processor.runtime.store import RocksStore, StoreCorrupt
+from processor.settings import Settings
 from tests.unit.scenario import Call, registry, turn_started
 
 KINDS = st.sampled_from(["call:", "text:", "turn:", "resp:", "tool:", "tenant:", "cmd:", "x:", ""])
@@ -166,3 +170,61 @@ def test_the_tally_follows_every_write(tmp_path: Path) -> None:
     again.apply([("b:1", b"q")], 3)
     again.close()
     assert _read_whole(path) == [("b:1", b"q")]
+
+
+# ---------------------------------------------------------------------- replacing a damaged store
+# Issue 38 item 17: the scan that found the damage kept its RocksDB iterator (and with it the
+# store's lock) until garbage collection, so the replacement store failed to open with
+# StoreLocked on the first one or two prepare() attempts. The garbage collector is held off
+# here: the iterator must be released when the scan ends, not when the GC runs.
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.mark.usefixtures("no_gc")
+def test_a_store_whose_scan_failed_can_be_replaced_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "p0"
+    _filled(path)
+    db = _raw(path)
+    db.put(b"turn:\xc3\x28 not utf-8", b"{}")  # the scan fails on it, half-way
+    db.close()
+    store = RocksStore(path, IDENTITY, cache_bytes=1 << 20)
+    try:
+        for _ in store.scan():
+            pass
+    except StoreCorrupt:  # as prepare() does: the failed scan's frames are still alive
+        store.destroy()
+        RocksStore(path, IDENTITY, cache_bytes=1 << 20).close()  # StoreLocked before
+    else:
+        raise AssertionError("a key that is not UTF-8 was read")
+
+
+@pytest.mark.usefixtures("no_gc")
+async def test_a_store_found_damaged_on_restore_is_replaced_at_once(tmp_path: Path) -> None:
+    settings = Settings(state_dir=str(tmp_path))
+    task = PartitionTask(0, settings, lambda: Assembler(registry()))
+    store = task._open_store()
+    assert isinstance(store, RocksStore)
+    store.apply([], 7)  # a checkpoint: prepare() would load the store
+    store.close()
+    db = _raw(store.path)
+    db.put(b"tenant:\xc3\x28 not utf-8", b"{}")  # the scan fails on it
+    db.close()
+    task.store = None
+    store = task._open_store()
+    assert store is not None
+    try:
+        await task._restore_from_store(store, 7, lambda key, value: None)
+    except StoreCorrupt as exc:  # what prepare() does, while the failed scan's frames live
+        replacement = task._replace_store(store, exc)  # StoreLocked before
+    else:
+        raise AssertionError("a key that is not UTF-8 was read")
+    assert replacement is not None and replacement.checkpoint() is None
+    replacement.close()
