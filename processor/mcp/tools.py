@@ -9,10 +9,12 @@ claim and outcome, never a re-run).
 Per call, once the connection holds a live session whose listing was checked:
 
 1. the call's namespace must be the one its tool is pinned in (else ``wrong_namespace``: the
-   executor client never hands over another namespace's tool, this is a second check); the
-   tool's pin: a definition that differs from the registry's digest fails the call
-   ``tool_changed``; a tool the server no longer lists fails it ``tool_unavailable`` (the
-   request is not sent);
+   executor client never hands over another namespace's tool, this is a second check), and
+   its ``tool_version`` the pinned entry's ``version`` (else ``tool_version_mismatch``: a
+   backlog validated against v1 never runs on v2's definition; both decided before any wait
+   for the server); the tool's pin: a definition that differs from the registry's digest
+   fails the call ``tool_changed``; a tool the server no longer lists fails it
+   ``tool_unavailable`` (the request is not sent);
 2. ``tools/call`` with the validated arguments and ``_meta`` = ``{META_IDEMPOTENCY_KEY:
    dispatch_id}`` (a server that dedupes side effects on it survives an ``unknown`` resolved
    by hand), bounded by ``call_timeout_seconds``;
@@ -184,12 +186,13 @@ class McpTools:
             )
         return handlers
 
-    def refusal(self, tool: str, namespace: str | None) -> ExecutionFailed | None:
-        """Why a call of ``tool`` in ``namespace`` must not be sent now, if it must not."""
-        if not any(t.name == tool and t.namespace == namespace for t in self.pinned()):
-            return ExecutionFailed(
-                "wrong_namespace", detail="this tool is not this MCP server's in that namespace"
-            )
+    def refusal(
+        self, tool: str, namespace: str | None, version: str | None = None
+    ) -> ExecutionFailed | None:
+        """Why a call of ``tool`` in ``namespace``, validated against ``version``, must not be
+        sent now, if it must not."""
+        if (static := self.static_refusal(tool, namespace, version)) is not None:
+            return static
         state = self.states.get(tool)
         if state is PinState.CHANGED:
             return ExecutionFailed(
@@ -200,8 +203,32 @@ class McpTools:
             return ExecutionFailed("tool_unavailable", detail="the server does not list this tool")
         return None
 
+    def static_refusal(
+        self, tool: str, namespace: str | None, version: str | None = None
+    ) -> ExecutionFailed | None:
+        """What the registry alone refuses, whatever the server lists: another namespace's
+        tool, or a call validated against another version than the pinned one."""
+        declaration = next(
+            (t for t in self.pinned() if t.name == tool and t.namespace == namespace), None
+        )
+        if declaration is None:
+            return ExecutionFailed(
+                "wrong_namespace", detail="this tool is not this MCP server's in that namespace"
+            )
+        if version is not None and version != declaration.version:
+            return ExecutionFailed(
+                "tool_version_mismatch",
+                detail="the call was validated against another version of this tool than the "
+                "pinned definition this executor calls",
+            )
+        return None
+
     async def handle(self, call: Call) -> Mapping[str, Any]:
         """The handler of every pinned tool: one ``tools/call``."""
+        if (
+            refused := self.static_refusal(call.tool, call.namespace, call.tool_version)
+        ) is not None:
+            raise refused  # decided before any wait for the server
         meta: dict[str, Any] = {META_IDEMPOTENCY_KEY: call.dispatch_id}
         try:
             result = await self.connection.call_tool(
@@ -210,7 +237,7 @@ class McpTools:
                 meta,
                 wait_seconds=self.session_wait_seconds,
                 read_timeout_seconds=self.call_timeout_seconds,
-                before_send=lambda: self.refusal(call.tool, call.namespace),
+                before_send=lambda: self.refusal(call.tool, call.namespace, call.tool_version),
             )
         except NotSent:
             raise ExecutionFailed(
