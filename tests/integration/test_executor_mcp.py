@@ -213,7 +213,7 @@ async def test_stdio_calls_end_to_end_with_the_fence_and_bounded_results(
     }
     assert outcome(got["t-fail"]) == ("failed", "tool_error")
     assert "9" not in got["t-fail"].detail  # the server's error text is not recorded
-    assert outcome(got["t-big"]) == ("failed", "result_too_large")
+    assert outcome(got["t-big"]) == ("unknown", "result_too_large")  # it may have acted
     assert got["t-big"].output is None
     assert outcome(got["t-crash"]) == ("unknown", "mcp_session_lost")
     assert outcome(got["t-cancelled"]) == ("refused", "turn_cancelled")
