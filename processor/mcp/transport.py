@@ -331,7 +331,7 @@ def _bounded_transport(state: TransportState) -> Any:
         async def handle_async_request(self, request: Any) -> Any:
             key = None
             if request.method == "POST":
-                with contextlib.suppress(ValueError, TypeError):
+                with contextlib.suppress(Exception):  # best effort: our own JSON body
                     key = request_key(orjson.loads(request.content))
             try:
                 response = await self._inner.handle_async_request(request)
