@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -424,6 +425,7 @@ class McpConnection:
             raise NotSent("no live session with the MCP server") from None
 
 
+@functools.cache
 def _raw_result() -> Any:
     """A result as the server sent it (a JSON object), unparsed by the SDK."""
     from pydantic import TypeAdapter  # noqa: PLC0415

@@ -16,8 +16,9 @@ from one that was not. This module owns the replacements:
   recorded in :attr:`TransportState.unsent`;
 - :func:`http_streams` is the SDK's Streamable HTTP transport over an HTTP client whose
   response bodies are counted while read (a JSON body, or one server-sent event, over
-  ``max_message_bytes`` ends that response), and whose requests that could not connect are
-  recorded as unsent.
+  ``max_message_bytes`` ends that response; a compressed body is refused, asked for as
+  ``identity``, since its size is known only once decoded), and whose requests that could
+  not connect are recorded as unsent.
 
 A request is recognised by the idempotency key in its ``_meta``
 (:data:`META_IDEMPOTENCY_KEY`, the dispatch id); :class:`TransportState` is per session.
@@ -293,12 +294,16 @@ def _bounded_transport(state: TransportState) -> Any:
     import httpx2  # noqa: PLC0415
 
     class BoundedBody(httpx2.AsyncByteStream):
-        def __init__(self, inner: Any, key: str | None, events: bool) -> None:
+        def __init__(self, inner: Any, key: str | None, events: bool, encoded: bool) -> None:
             self._inner = inner
             self._key = key
             self._events = events
+            self._encoded = encoded
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
+            if self._encoded:  # its size unknown until decoded (a gzip bomb): refused
+                log.warning("MCP server sent a compressed answer; refused")
+                raise httpx2.StreamError("compressed answer refused")
             limit = state.max_message_bytes
             size = 0
             tail = b""
@@ -329,6 +334,7 @@ def _bounded_transport(state: TransportState) -> Any:
             self._inner = httpx2.AsyncHTTPTransport()
 
         async def handle_async_request(self, request: Any) -> Any:
+            request.headers["Accept-Encoding"] = "identity"
             key = None
             if request.method == "POST":
                 with contextlib.suppress(Exception):  # best effort: our own JSON body
@@ -340,10 +346,11 @@ def _bounded_transport(state: TransportState) -> Any:
                     state.unsent.add(key)  # no connection: the request never left
                 raise
             events = response.headers.get("content-type", "").startswith("text/event-stream")
+            encoded = response.headers.get("content-encoding", "identity").lower() != "identity"
             return httpx2.Response(
                 response.status_code,
                 headers=response.headers,
-                stream=BoundedBody(response.stream, key, events),
+                stream=BoundedBody(response.stream, key, events, encoded),
                 request=request,
                 extensions=response.extensions,
             )

@@ -17,6 +17,7 @@ The server calls itself ``rawbookings``. Tools (one ``text`` string argument):
 - ``garbled`` → over HTTP, a JSON body that is not JSON-RPC, quoting its argument; over
   stdio, that line, then a proper answer;
 - ``huge`` → a ``$MCP_TEST_HUGE_BYTES`` (48,000,000) text result;
+- ``bomb`` → over HTTP, ``huge``'s answer gzip-compressed (``Content-Encoding: gzip``, 47 KB);
 - ``die_after`` → answers, then exits at once (stdio); with ``$MCP_TEST_ORPHAN`` it first
   starts a child that inherits its pipes and outlives it (no end of stdout).
 """
@@ -24,6 +25,7 @@ The server calls itself ``rawbookings``. Tools (one ``text`` string argument):
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import subprocess
@@ -54,6 +56,7 @@ def _tools() -> list[dict[str, Any]]:
         {"name": "unreadable", "description": "Unreadable."},
         {"name": "garbled", "description": "Garbled."},
         {"name": "huge", "description": "Huge."},
+        {"name": "bomb", "description": "Compressed."},
         {"name": "die_after", "description": "Answer, then exit."},
     ]
     return [{**t, "inputSchema": TEXT, "annotations": SAFE} for t in tools]
@@ -93,7 +96,7 @@ def _call(params: dict[str, Any], stdio: bool) -> dict[str, Any]:
         return {"content": [{"type": "text", "text": "ok"}]}
     if tool == "unreadable":
         return {"content": "not a list of blocks"}
-    if tool == "huge":
+    if tool in ("huge", "bomb"):
         size = int(os.environ.get("MCP_TEST_HUGE_BYTES", "48000000"))
         return {"content": [{"type": "text", "text": "x" * size}]}
     return {"content": [{"type": "text", "text": "bye"}]}  # die_after
@@ -151,6 +154,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         data = json.dumps(reply).encode()
         self.send_response(200)
+        if (message.get("params") or {}).get("name") == "bomb":
+            data = gzip.compress(data)
+            self.send_header("content-encoding", "gzip")
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.end_headers()

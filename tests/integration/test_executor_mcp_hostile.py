@@ -319,8 +319,9 @@ async def test_command_bounds_answers_while_reading_and_logs_nothing_a_server_wr
 ) -> None:
     """`processor executor mcp`: a server that prints a debug line quoting its argument (on
     stdout and stderr), or answers a JSON body that is not JSON-RPC quoting it, puts nothing of
-    it in the executor's log; a 48 MB answer is unknown
-    (result_too_large) and raises the executor's peak memory by far less than its size."""
+    it in the executor's log; a 48 MB answer is unknown (result_too_large) and raises the
+    executor's peak memory by far less than its size, and so does (HTTP) the same answer
+    gzip-compressed to 47 KB (refused: its size is known only once decoded)."""
     rt = runtime
     server = RawServer(tmp_path, transport)
     with server.serving():
@@ -329,7 +330,9 @@ async def test_command_bounds_answers_while_reading_and_logs_nothing_a_server_wr
         echo = server.dispatch("c-echo", "echo", text=SECRET)
         garbled = server.dispatch("c-garbled", "garbled", text=SECRET)
         huge = server.dispatch("c-huge", "huge")
-        for d in (echo, garbled, huge):
+        bomb = server.dispatch("c-bomb", "bomb")
+        big = [huge, bomb] if transport == "http" else [huge]
+        for d in (echo, garbled, *big):
             await rt.control(turn_started("acme", d.turn_id))
         await write_dispatch(rt, echo, garbled)
         env = {
@@ -361,8 +364,8 @@ async def test_command_bounds_answers_while_reading_and_logs_nothing_a_server_wr
         try:
             await wait_results(rt.settings, 2, timeout=90)
             before = _peak_rss_bytes(proc.pid)
-            await write_dispatch(rt, huge)
-            got = {r.turn_id: r for r in await wait_results(rt.settings, 3, timeout=120)}
+            await write_dispatch(rt, *big)
+            got = {r.turn_id: r for r in await wait_results(rt.settings, 2 + len(big), timeout=120)}
             after = _peak_rss_bytes(proc.pid)
         finally:
             proc.terminate()
@@ -373,6 +376,8 @@ async def test_command_bounds_answers_while_reading_and_logs_nothing_a_server_wr
         ("succeeded", None) if transport == "stdio" else ("unknown", "malformed_result")
     )
     assert outcome(got["c-huge"]) == ("unknown", "result_too_large")
+    if transport == "http":
+        assert outcome(got["c-bomb"]) == ("unknown", "malformed_result")
     growth = after - before
     print(f"{transport}: peak RSS {before / 2**20:.0f} MiB -> {after / 2**20:.0f} MiB")
     assert growth < 24 * 2**20, f"a 48 MB answer raised the peak RSS by {growth / 2**20:.0f} MiB"
