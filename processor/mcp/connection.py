@@ -392,7 +392,7 @@ class McpConnection:
             )
             return result
         except MCPError as exc:
-            if key is not None and key in state.unsent:
+            if state.never_left(key):
                 raise NotSent("the request could not be written to the MCP server") from None
             over = key is not None and key in state.oversized_keys  # HTTP: this answer
             if over or (state.process is not None and state.oversized):  # stdio: the session
@@ -406,9 +406,11 @@ class McpConnection:
         except (RuntimeError, ValueError):  # pydantic's ValidationError is a ValueError
             raise AnswerLost("malformed_result") from None
         except (OSError, EOFError):
-            if key is not None and key in state.unsent:
+            if state.never_left(key):
                 raise NotSent("the request could not be written to the MCP server") from None
             raise AnswerLost("mcp_session_lost") from None
+        finally:
+            state.forget(key)
 
     async def _live_session(self, wait_seconds: float) -> tuple[ClientSession, TransportState]:
         """A live session whose listing was checked and whose server is not known to be gone

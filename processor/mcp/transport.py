@@ -84,11 +84,23 @@ class TransportState:
     closed: bool = False  # stdio: the server's stdout ended or the process exited
     oversized: int = 0  # messages over the bound (stdio: the session ended at the first)
     oversized_keys: set[str] = field(default_factory=set)  # HTTP: whose answer was too large
+    handed: set[str] = field(default_factory=set)  # requests the session gave the transport
     unsent: set[str] = field(default_factory=set)  # requests that provably never left
     junk_lines: int = 0  # stdout lines that are not JSON-RPC
     stderr_bytes: int = 0
     stderr_lines: int = 0
     process: Any = None  # stdio: the server process
+
+    def never_left(self, key: str | None) -> bool:
+        """Whether the request keyed ``key`` provably never left: the session never handed it
+        to the transport, or the transport could not write it."""
+        return key is not None and (key not in self.handed or key in self.unsent)
+
+    def forget(self, key: str | None) -> None:
+        """Drop what was recorded of a finished request (the sets stay small)."""
+        if key is not None:
+            for keys in (self.handed, self.unsent, self.oversized_keys):
+                keys.discard(key)
 
     @property
     def dead(self) -> bool:
@@ -99,15 +111,43 @@ class TransportState:
 
 
 def request_key(message: Any) -> str | None:
-    """The idempotency key in a JSON-RPC request's ``params._meta`` (SDK models or JSON)."""
-    if hasattr(message, "model_dump"):
-        message = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-    if not isinstance(message, Mapping):
-        return None
-    params = message.get("params")
+    """The idempotency key in a JSON-RPC request's ``params._meta`` (an SDK message or JSON)."""
+    if isinstance(message, Mapping):
+        params = message.get("params")
+    else:
+        params = getattr(message, "params", None)
     meta = params.get("_meta") if isinstance(params, Mapping) else None
     key = meta.get(META_IDEMPOTENCY_KEY) if isinstance(meta, Mapping) else None
     return key if isinstance(key, str) else None
+
+
+class _HandedStream:
+    """The session's write stream, recording each request handed to the transport (before it
+    is: a send that raises may still have delivered it). A request the session failed
+    without handing it over (its connection had closed) provably never left."""
+
+    def __init__(self, inner: Any, state: TransportState) -> None:
+        self._inner = inner
+        self._state = state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def send(self, item: Any) -> None:
+        key = request_key(getattr(item, "message", None))
+        if key is not None:
+            self._state.handed.add(key)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _HandedStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
 
 
 # ------------------------------------------------------------------------------------- stdio
@@ -225,7 +265,7 @@ async def stdio_streams(
             tasks.start_soon(stdin_writer)
             tasks.start_soon(exit_watcher)
             try:
-                yield read_stream, write_stream
+                yield read_stream, _HandedStream(write_stream, state)
             finally:
                 with anyio.CancelScope(shield=True):
                     await _stop(process)
@@ -382,6 +422,6 @@ async def http_streams(
         client,
         streamable_http_client(
             url, http_client=client, max_sse_event_size=state.max_message_bytes
-        ) as streams,
+        ) as (read, write),
     ):
-        yield streams
+        yield read, _HandedStream(write, state)
