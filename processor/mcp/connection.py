@@ -53,6 +53,7 @@ from processor.mcp.transport import (
     TransportState,
     http_streams,
     quiet_sdk_loggers,
+    shown,
     stdio_streams,
 )
 from processor.observability.logging import fields
@@ -294,7 +295,7 @@ class McpConnection:
                         self._first.set_result(None)
                     log.info(
                         "MCP session open",
-                        extra=fields(server=self.spec.describe(), name=self.server_name),
+                        extra=fields(server=self.spec.describe(), name=shown(self.server_name)),
                     )
                     await self._serve(session, watched)
                 finally:
@@ -343,7 +344,7 @@ class McpConnection:
         """One line for a first session that could not be opened (the innermost cause)."""
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
-        why = f"{type(exc).__name__}: {str(exc)[:200]}" if str(exc) else type(exc).__name__
+        why = f"{type(exc).__name__}: {shown(str(exc))}" if str(exc) else type(exc).__name__
         return ProcessorError(
             "mcp_unreachable", f"no session with the MCP server {self.spec.describe()} ({why})"
         )

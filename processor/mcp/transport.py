@@ -48,6 +48,7 @@ __all__ = [
     "TransportState",
     "http_streams",
     "quiet_sdk_loggers",
+    "shown",
     "stdio_streams",
 ]
 
@@ -108,6 +109,15 @@ class TransportState:
         if self.closed:
             return True
         return self.process is not None and self.process.returncode is not None
+
+
+def shown(text: str | None, limit: int = 200) -> str:
+    """Server-chosen text (its name, an error it sent) as a log or an error line may show it:
+    at most ``limit`` characters, every character that is not printable ASCII escaped."""
+    return "".join(
+        c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii")
+        for c in (text or "")[:limit]
+    )
 
 
 def request_key(message: Any) -> str | None:
