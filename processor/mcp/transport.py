@@ -202,7 +202,9 @@ async def stdio_streams(
     from mcp.shared.message import SessionMessage  # noqa: PLC0415
     from mcp.types import jsonrpc_message_adapter  # noqa: PLC0415
 
-    environment = {k: os.environ[k] for k in _SAFE_ENVIRONMENT if k in os.environ}
+    environment = {  # as the SDK's: a few safe variables, never an exported shell function
+        k: v for k in _SAFE_ENVIRONMENT if (v := os.environ.get(k)) and not v.startswith("()")
+    }
     environment.update(env or {})
     process = await anyio.open_process(argv, env=environment, cwd=cwd, start_new_session=True)
     state.process = process
