@@ -55,7 +55,13 @@ class OutputCheck:
     unusable: str | None = None
 
     def accepts(self, structured: Any) -> bool:
-        return self.validator is not None and bool(self.validator.is_valid(structured))
+        """Whether ``structured`` is valid (a value too deep to check is not)."""
+        if self.validator is None:
+            return False
+        try:
+            return bool(self.validator.is_valid(structured))
+        except RecursionError:
+            return False
 
 
 def output_check(schema: Any) -> OutputCheck | None:
