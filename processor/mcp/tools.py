@@ -265,4 +265,11 @@ class McpTools:
             ) from None
         except AnswerLost as exc:
             raise OutcomeUnknown(exc.why) from None
-        return result_output(result, self.max_result_bytes, check[-1] if check else None)
+        try:
+            return result_output(result, self.max_result_bytes, check[-1] if check else None)
+        except (ExecutionFailed, OutcomeUnknown):
+            raise
+        except Exception:  # the server answered: whatever breaks reading it, it may have acted
+            raise OutcomeUnknown(
+                "malformed_result", detail="the MCP server's answer could not be read"
+            ) from None
