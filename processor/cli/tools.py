@@ -184,12 +184,13 @@ def _import_command(args: argparse.Namespace) -> int:
 
     from processor.cli.errors import debug_requested  # noqa: PLC0415
 
-    # the SDK's own lines (a traceback for each line a server writes that is not JSON-RPC) are
-    # not this command's output: its error says it in one line (--debug shows them)
-    sdk_log = logging.getLogger("mcp")
+    # the SDK's and the transport's lines about what a server wrote (a traceback, a dropped
+    # line) are not this command's output: its error says it in one line (--debug shows them)
     if not debug_requested(sys.argv[1:]):
-        sdk_log.addHandler(logging.NullHandler())
-        sdk_log.propagate = False
+        for name in ("mcp", "processor.mcp.transport"):
+            quiet = logging.getLogger(name)
+            quiet.addHandler(logging.NullHandler())
+            quiet.propagate = False
     settings = mcp_settings(args)
     spec = server_spec(settings, args)
     return asyncio.run(_import(args, settings, spec))

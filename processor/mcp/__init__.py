@@ -2,8 +2,13 @@
 
 - :mod:`processor.mcp.connection` — one session with one MCP server (stdio or Streamable
   HTTP), kept open and reopened, that lists tools and sends ``tools/call``;
+- :mod:`processor.mcp.transport` — the byte-level transports under that session: answers
+  bounded while read, the server's stderr and stray stdout counted and never logged, what
+  provably never left;
 - :mod:`processor.mcp.tools` — the executor's side: the handlers (one ``tools/call`` per
-  dispatched call), the result mapping and its bounds, and the pinned definitions;
+  dispatched call) and the pinned definitions;
+- :mod:`processor.mcp.results` — what an answer means: the output, ``tool_error``, or
+  ``unknown`` (unreadable, too large, not matching the pinned output schema);
 - :mod:`processor.mcp.audit` — the audit record of a definition that departs from its pin;
 - :mod:`processor.mcp.settings` — how to reach the server (``PROCESSOR_MCP_*``, headers);
 

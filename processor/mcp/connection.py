@@ -11,22 +11,32 @@ scopes must be entered and left by the same task) and publishes a live session t
 before calls may go through again: :meth:`call_tool` waits for a session whose listing was
 checked. How a call ends, in this module's terms:
 
-- a result (``CallToolResult``) — the server answered;
+- a result (a ``CallToolResult`` object as the server sent it) — the server answered;
 - :class:`ServerRefused` — a JSON-RPC error saying the server did not run the call (invalid
   params, unknown method or tool, an invalid request);
-- :class:`NotSent` — no live session within the wait: the request was never written;
-- :class:`MalformedResult` — the server answered something that does not parse as a
-  ``CallToolResult`` (or breaks the tool's own output schema);
+- :class:`NotSent` — the request provably never left: no live session within the wait (a
+  session whose server is gone is not live, even before the SDK notices), or the transport
+  could not write it (the stdio pipe refused it, the HTTP connection could not be made);
 - what ``before_send`` raises, checked once the session is live (the pinned definitions);
-- :class:`AnswerLost` — anything else once the request may have been written: the session
-  closed mid-call, a timeout, a transport error, another JSON-RPC error. Whether the server
-  acted is unknown.
+- :class:`AnswerLost` — anything else once the request may have been written, the server
+  may have acted: the session closed mid-call (``mcp_session_lost``), a timeout
+  (``mcp_timeout``), an answer over the transport's bound (``result_too_large``) or one that
+  does not read as JSON (``malformed_result``), another JSON-RPC error.
+
+The transports are :mod:`processor.mcp.transport`'s (bounded while reading, the server's
+stderr and stray stdout never logged). The SDK's ``ClientSession.call_tool`` is not used: it
+validates a result against the server's ``outputSchema`` with jsonschema, whose ``pattern``
+is Python's backtracking ``re``, on the event loop (``^(a+)+$`` on 27 bytes blocked it for
+seconds). Requests go through ``send_request``; the listing is read as the server sent it (the
+whole tool objects, for the definition digest) and a result is returned as the server sent
+it, for :mod:`processor.mcp.results` to judge against the pinned output schema.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -37,15 +47,23 @@ from urllib.parse import urlsplit
 
 from processor.core.errors import ProcessorError
 from processor.core.mcp_pins import ToolDefinition
+from processor.mcp.transport import (
+    MAX_MESSAGE_BYTES,
+    META_IDEMPOTENCY_KEY,
+    TransportState,
+    http_streams,
+    quiet_sdk_loggers,
+    shown,
+    stdio_streams,
+)
 from processor.observability.logging import fields
 
 if TYPE_CHECKING:
     from mcp import ClientSession
-    from mcp.types import CallToolResult, RequestParamsMeta
+    from mcp.types import RequestParamsMeta
 
 __all__ = [
     "AnswerLost",
-    "MalformedResult",
     "McpConnection",
     "NotSent",
     "ServerRefused",
@@ -59,6 +77,9 @@ MAX_LIST_PAGES: Final = 100
 # JSON-RPC codes saying the server did not run the request
 _REFUSING_CODES: Final = frozenset({-32700, -32600, -32601, -32602})
 _BACKOFF_SECONDS: Final = (0.2, 0.5, 1.0, 2.0, 5.0)
+_DEAD_POLL_SECONDS: Final = 0.02
+# what the SDK's HTTP transport answers for a body it could not read
+_UNREADABLE_ANSWER: Final = "Failed to parse JSON response"
 
 
 class NotSent(Exception):
@@ -71,10 +92,6 @@ class ServerRefused(Exception):
     def __init__(self, code: int) -> None:
         self.code = code
         super().__init__(code)
-
-
-class MalformedResult(Exception):
-    """The server's answer is not a readable ``CallToolResult``."""
 
 
 class AnswerLost(Exception):
@@ -113,25 +130,14 @@ class ServerSpec:
         return f"{parts.scheme}://{host}{port}{parts.path}"
 
     @contextlib.asynccontextmanager
-    async def open(self) -> AsyncIterator[tuple[Any, Any]]:
-        """The SDK transport's (read, write) streams."""
+    async def open(self, state: TransportState) -> AsyncIterator[tuple[Any, Any]]:
+        """The session's (read, write) streams (:mod:`processor.mcp.transport`)."""
         if self.command is not None:
-            from mcp import StdioServerParameters, stdio_client  # noqa: PLC0415
-
-            program, *args = shlex.split(self.command)
-            params = StdioServerParameters(
-                command=program, args=args, env=dict(self.env) if self.env else None, cwd=self.cwd
-            )
-            async with stdio_client(params) as streams:
+            argv = shlex.split(self.command)
+            async with stdio_streams(argv, env=self.env, cwd=self.cwd, state=state) as streams:
                 yield streams
             return
-        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
-        from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: PLC0415
-
-        async with (
-            create_mcp_http_client(headers=dict(self.headers)) as http,
-            streamable_http_client(self.url or "", http_client=http) as streams,
-        ):
+        async with http_streams(self.url or "", self.headers, state=state) as streams:
             yield streams
 
 
@@ -199,6 +205,7 @@ class McpConnection:
         on_listing: OnListing | None = None,
         connect_timeout_seconds: float = 30.0,
         client_name: str = "toolcall-processor",
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.spec = spec
         self.server_name: str | None = None
@@ -206,13 +213,17 @@ class McpConnection:
         self._connect_timeout = connect_timeout_seconds
         self._client_name = client_name
         self._session: ClientSession | None = None
+        self._session_state: TransportState | None = None
+        self._max_message_bytes = max_message_bytes
         self._ready = asyncio.Event()  # a live session whose listing was checked
         self._relist = asyncio.Event()
         self._stopping = asyncio.Event()
         self._first: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.sessions = 0  # how many sessions were opened (tests, diagnostics)
-        self._unreadable = 0  # lines the server wrote that are not JSON-RPC (never kept)
+        self._unreadable = 0  # messages the SDK could not read (never kept)
+        self._opening: TransportState | None = None
+        quiet_sdk_loggers()
 
     async def start(self) -> None:
         """Open the first session (initialize and check the listing), or raise why not."""
@@ -268,7 +279,9 @@ class McpConnection:
     async def _session_once(self) -> None:
         from mcp import ClientSession  # noqa: PLC0415
 
-        async with self.spec.open() as (read, write):
+        state = TransportState(max_message_bytes=self._max_message_bytes)
+        self._opening = state  # what a first session that fails wrote (see _unreachable)
+        async with self.spec.open(state) as (read, write):
             watched = _WatchedStream(read)
             async with ClientSession(
                 watched, write, message_handler=self._on_message, client_info=self._client_info()
@@ -277,6 +290,7 @@ class McpConnection:
                     init = await session.initialize()
                 self.server_name = init.server_info.name
                 self._session = session
+                self._session_state = state
                 self.sessions += 1
                 try:
                     await self._check_listing(session)
@@ -284,12 +298,13 @@ class McpConnection:
                         self._first.set_result(None)
                     log.info(
                         "MCP session open",
-                        extra=fields(server=self.spec.describe(), name=self.server_name),
+                        extra=fields(server=self.spec.describe(), name=shown(self.server_name)),
                     )
                     await self._serve(session, watched)
                 finally:
                     self._ready.clear()
                     self._session = None
+                    self._session_state = None
 
     async def _serve(self, session: ClientSession, watched: _WatchedStream) -> None:
         """Until stopped or the server goes away; re-check the listing when it changes."""
@@ -334,10 +349,11 @@ class McpConnection:
         """One line for a first session that could not be opened (the innermost cause); a
         program that wrote something other than JSON-RPC before any session is not an MCP
         server (what it wrote is not quoted: it is not ours to show)."""
-        if self._unreadable and self.server_name is None:
+        junk = self._unreadable + (self._opening.junk_lines if self._opening else 0)
+        if junk and self.server_name is None:
             return ProcessorError(
                 "mcp_not_a_server",
-                f"{self.spec.describe()} is not an MCP server: it wrote {self._unreadable} "
+                f"{self.spec.describe()} is not an MCP server: it wrote {junk} "
                 "line(s) that are not MCP messages instead of answering initialize "
                 "(--server-command / --server-url)",
             )
@@ -349,7 +365,7 @@ class McpConnection:
                 f"the MCP server {self.spec.describe()} did not answer initialize within "
                 f"{self._connect_timeout:g} s (--connect-timeout)",
             )
-        why = f"{type(exc).__name__}: {str(exc)[:200]}" if str(exc) else type(exc).__name__
+        why = f"{type(exc).__name__}: {shown(str(exc))}" if str(exc) else type(exc).__name__
         return ProcessorError(
             "mcp_unreachable", f"no session with the MCP server {self.spec.describe()} ({why})"
         )
@@ -362,7 +378,7 @@ class McpConnection:
     # ---------------------------------------------------------------- requests
 
     async def list_tools(self, *, wait_seconds: float = 30.0) -> list[ToolDefinition]:
-        session = await self._live_session(wait_seconds)
+        session, _state = await self._live_session(wait_seconds)
         async with asyncio.timeout(self._connect_timeout):
             return await _list_all(session)
 
@@ -375,61 +391,87 @@ class McpConnection:
         wait_seconds: float,
         read_timeout_seconds: float | None = None,
         before_send: Callable[[], Exception | None] | None = None,
-    ) -> CallToolResult:
-        """One ``tools/call``; see the module docstring for how it can end."""
+    ) -> dict[str, Any]:
+        """One ``tools/call``: the result object as the server sent it (JSON), for
+        :mod:`processor.mcp.results` to read; see the module docstring for how it can end.
+        ``meta`` carries the call's idempotency key, which is how the transport tells that
+        this request never left."""
         from mcp import MCPError  # noqa: PLC0415
+        from mcp.types import CallToolRequest, CallToolRequestParams  # noqa: PLC0415
 
-        session = await self._live_session(wait_seconds)
+        session, state = await self._live_session(wait_seconds)
         if before_send is not None and (refusal := before_send()) is not None:
             raise refusal
+        key = meta.get(META_IDEMPOTENCY_KEY)
+        request = CallToolRequest(
+            params=CallToolRequestParams(
+                name=name, arguments=dict(arguments), _meta=cast("RequestParamsMeta", dict(meta))
+            )
+        )
         try:
-            result: CallToolResult = await session.call_tool(
-                name,
-                dict(arguments),
-                read_timeout_seconds=read_timeout_seconds,
-                meta=cast("RequestParamsMeta", dict(meta)),
+            result: dict[str, Any] = await session.send_request(
+                request, _raw_result(), request_read_timeout_seconds=read_timeout_seconds
             )
             return result
         except MCPError as exc:
+            if state.never_left(key):
+                raise NotSent("the request could not be written to the MCP server") from None
+            over = key is not None and key in state.oversized_keys  # HTTP: this answer
+            if over or (state.process is not None and state.oversized):  # stdio: the session
+                raise AnswerLost("result_too_large") from None
+            if exc.code == -32700 and exc.message.startswith(_UNREADABLE_ANSWER):
+                raise AnswerLost("malformed_result") from None  # ours, not the server's -32700
             if exc.code in _REFUSING_CODES:
                 raise ServerRefused(exc.code) from None
             why = {-32000: "mcp_session_lost", -32001: "mcp_timeout"}.get(exc.code, "mcp_error")
             raise AnswerLost(why) from None
         except (RuntimeError, ValueError):  # pydantic's ValidationError is a ValueError
-            raise MalformedResult from None
+            raise AnswerLost("malformed_result") from None
         except (OSError, EOFError):
+            if state.never_left(key):
+                raise NotSent("the request could not be written to the MCP server") from None
             raise AnswerLost("mcp_session_lost") from None
+        finally:
+            state.forget(key)
 
-    async def _live_session(self, wait_seconds: float) -> ClientSession:
+    async def _live_session(self, wait_seconds: float) -> tuple[ClientSession, TransportState]:
+        """A live session whose listing was checked and whose server is not known to be gone
+        (a crashed stdio server's session is not used while the SDK has yet to notice)."""
         try:
             async with asyncio.timeout(wait_seconds):
-                await self._ready.wait()
+                while True:
+                    await self._ready.wait()
+                    session, state = self._session, self._session_state
+                    if session is not None and state is not None and not state.dead:
+                        return session, state
+                    await asyncio.sleep(_DEAD_POLL_SECONDS)
         except TimeoutError:
             raise NotSent("no live session with the MCP server") from None
-        session = self._session
-        if session is None:
-            raise NotSent("no live session with the MCP server")
-        return session
+
+
+@functools.cache
+def _raw_result() -> Any:
+    """A result as the server sent it (a JSON object), unparsed by the SDK."""
+    from pydantic import TypeAdapter  # noqa: PLC0415
+
+    return TypeAdapter(dict[str, Any])
 
 
 async def _list_all(session: ClientSession) -> list[ToolDefinition]:
-    from mcp.types import PaginatedRequestParams  # noqa: PLC0415
+    """Every page of ``tools/list``, each tool as the server sent it (the digest covers the
+    whole object); a page the SDK cannot read as a ``ListToolsResult`` is refused."""
+    from mcp.types import ListToolsRequest, ListToolsResult, PaginatedRequestParams  # noqa: PLC0415
 
     definitions: list[ToolDefinition] = []
     cursor: str | None = None
     for _ in range(MAX_LIST_PAGES):
         params = PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-        page = await session.list_tools(params=params)
-        for tool in page.tools:
-            raw = tool.model_dump(by_alias=True, mode="json", exclude_none=True)
-            definitions.append(
-                ToolDefinition(
-                    name=tool.name,
-                    description=raw.get("description"),
-                    input_schema=raw.get("inputSchema"),
-                    annotations=raw.get("annotations"),
-                )
-            )
+        raw = await session.send_request(ListToolsRequest(params=params), _raw_result())
+        page = ListToolsResult.model_validate(raw, by_name=False)
+        documents = raw.get("tools")
+        if not isinstance(documents, list) or len(documents) != len(page.tools):
+            raise AnswerLost("tools_list_unreadable")
+        definitions.extend(ToolDefinition.from_wire(document) for document in documents)
         cursor = page.next_cursor
         if cursor is None:
             return definitions

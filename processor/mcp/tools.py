@@ -9,23 +9,26 @@ claim and outcome, never a re-run).
 Per call, once the connection holds a live session whose listing was checked:
 
 1. the call's namespace must be the one its tool is pinned in (else ``wrong_namespace``: the
-   executor client never hands over another namespace's tool, this is a second check); the
-   tool's pin: a definition that differs from the registry's digest fails the call
-   ``tool_changed``; a tool the server no longer lists fails it ``tool_unavailable`` (the
-   request is not sent);
+   executor client never hands over another namespace's tool, this is a second check), and
+   its ``tool_version`` the pinned entry's ``version`` (else ``tool_version_mismatch``: a
+   backlog validated against v1 never runs on v2's definition; both decided before any wait
+   for the server); the tool's pin: a definition that differs from the registry's digest
+   fails the call ``tool_changed``; a tool the server no longer lists fails it
+   ``tool_unavailable`` (the request is not sent);
 2. ``tools/call`` with the validated arguments and ``_meta`` = ``{META_IDEMPOTENCY_KEY:
    dispatch_id}`` (a server that dedupes side effects on it survives an ``unknown`` resolved
    by hand), bounded by ``call_timeout_seconds``;
-3. the result: ``isError`` fails the call ``tool_error`` (its content is not recorded: a
-   server's error text may quote the arguments); otherwise the output record is
-   ``{"content": [...], "structuredContent": ...}`` if its JSON is at most
-   ``max_result_bytes``, else the call fails ``result_too_large``; a result that does not
-   parse (or breaks its own output schema) fails ``malformed_result``.
+3. the result, read by :func:`processor.mcp.results.result_output`: ``isError`` fails the
+   call ``tool_error``; otherwise the output record is ``{"content": [...],
+   "structuredContent": ...}``; an answer that is unreadable, over ``max_result_bytes`` or
+   not matching the tool's pinned output schema is ``unknown`` (the server may have acted).
 
-How the outcome is told (``results`` reason): ``mcp_timeout`` and ``mcp_session_lost`` (and
-``mcp_error``, any other JSON-RPC error once the request was sent) are ``unknown``: the server
-may have acted. ``mcp_unavailable`` (no session within the wait; nothing was sent) and
-``mcp_refused`` (the server answered that it did not run it) are ``failed``.
+How the outcome is told (``results`` reason): ``mcp_timeout``, ``mcp_session_lost``,
+``result_too_large``, ``malformed_result``, ``result_schema_mismatch`` (and ``mcp_error``, any
+other JSON-RPC error once the request was sent) are ``unknown``: the server may have acted.
+``mcp_unavailable`` (the request provably never left: no live session within the wait, or
+the transport could not write it) and ``mcp_refused`` (the server answered that it did not
+run it) are ``failed``.
 
 Pinned definitions (:meth:`McpTools.check_listing`, run by the connection at each
 (re)connection and on ``notifications/tools/list_changed``): every change of a tool's
@@ -39,34 +42,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-import orjson
+from typing import Any, Final
 
 from processor.core.errors import ConfigurationError
-from processor.core.mcp_pins import PinState, ToolDefinition, compare
+from processor.core.mcp_pins import PinState, ToolDefinition, compare, refuse_old_digests
 from processor.core.registry import Registry, ToolDeclaration
 from processor.executor.handlers import Call, ExecutionFailed, Handlers, OutcomeUnknown
 from processor.executor.records import MAX_OUTPUT_BYTES
-from processor.mcp.connection import (
-    AnswerLost,
-    MalformedResult,
-    McpConnection,
-    NotSent,
-    ServerRefused,
-)
+from processor.mcp.connection import AnswerLost, McpConnection, NotSent, ServerRefused
+from processor.mcp.results import OutputCheck, output_check, result_output
+from processor.mcp.transport import META_IDEMPOTENCY_KEY
 from processor.observability import metrics
 from processor.observability.logging import fields
-
-if TYPE_CHECKING:
-    from mcp.types import CallToolResult
 
 __all__ = ["META_IDEMPOTENCY_KEY", "McpTools", "PinChange", "result_output"]
 
 log = logging.getLogger(__name__)
 
-META_IDEMPOTENCY_KEY: Final = "toolcall-processor/idempotency-key"
-"""The ``_meta`` key of a ``tools/call`` that carries the dispatch id."""
 TIMEOUT_MARGIN_SECONDS: Final = 5.0
 """The executor's own deadline on a handler is the wait for a session, the call timeout, and
 this (a backstop: the call's own timeout ends it first, as ``mcp_timeout``)."""
@@ -109,6 +101,8 @@ class McpTools:
         self._on_change = on_change
         self.states: dict[str, PinState] = {}
         self.listed: dict[str, str] = {}  # the server's digests, by tool name
+        # the pinned output schemas of the tools whose listing matches, by digest
+        self.output_checks: dict[str, OutputCheck | None] = {}
 
     @property
     def server(self) -> str:
@@ -136,6 +130,15 @@ class McpTools:
             states[name] = PinState.CHANGED if name in pins else PinState.NEW
         previous, self.states = self.states, states
         self.listed = {name: d.digest for name, d in listed.items()}
+        checks = {}
+        for name, definition in listed.items():
+            if states.get(name) is PinState.MATCHES:
+                digest = definition.digest
+                known = self.output_checks.get(digest)
+                checks[digest] = (
+                    known if known is not None else output_check(definition.output_schema)
+                )
+        self.output_checks = checks
         for name, state in sorted(states.items()):
             if state is PinState.MATCHES or previous.get(name) is state:
                 continue
@@ -160,6 +163,7 @@ class McpTools:
         (the server's name, as ``tools import-mcp`` writes it; or none). ConfigurationError
         when the registry pins no tool of this server, or pins one in another namespace."""
         handlers = Handlers()
+        refuse_old_digests(self.server, {t.name: t.mcp for t in self.pinned() if t.mcp is not None})
         for tool in self.pinned():
             if tool.namespace is not None and tool.namespace != self.server:
                 raise ConfigurationError(
@@ -184,12 +188,13 @@ class McpTools:
             )
         return handlers
 
-    def refusal(self, tool: str, namespace: str | None) -> ExecutionFailed | None:
-        """Why a call of ``tool`` in ``namespace`` must not be sent now, if it must not."""
-        if not any(t.name == tool and t.namespace == namespace for t in self.pinned()):
-            return ExecutionFailed(
-                "wrong_namespace", detail="this tool is not this MCP server's in that namespace"
-            )
+    def refusal(
+        self, tool: str, namespace: str | None, version: str | None = None
+    ) -> ExecutionFailed | None:
+        """Why a call of ``tool`` in ``namespace``, validated against ``version``, must not be
+        sent now, if it must not."""
+        if (static := self.static_refusal(tool, namespace, version)) is not None:
+            return static
         state = self.states.get(tool)
         if state is PinState.CHANGED:
             return ExecutionFailed(
@@ -198,11 +203,49 @@ class McpTools:
             )
         if state is not PinState.MATCHES:
             return ExecutionFailed("tool_unavailable", detail="the server does not list this tool")
+        check = self._output_check(tool)
+        if check is not None and check.unusable is not None:
+            return ExecutionFailed("output_schema_unusable", detail=check.unusable)
+        return None
+
+    def _output_check(self, tool: str) -> OutputCheck | None:
+        digest = self.listed.get(tool)
+        return self.output_checks.get(digest) if digest is not None else None
+
+    def static_refusal(
+        self, tool: str, namespace: str | None, version: str | None = None
+    ) -> ExecutionFailed | None:
+        """What the registry alone refuses, whatever the server lists: another namespace's
+        tool, or a call validated against another version than the pinned one."""
+        declaration = next(
+            (t for t in self.pinned() if t.name == tool and t.namespace == namespace), None
+        )
+        if declaration is None:
+            return ExecutionFailed(
+                "wrong_namespace", detail="this tool is not this MCP server's in that namespace"
+            )
+        if version is not None and version != declaration.version:
+            return ExecutionFailed(
+                "tool_version_mismatch",
+                detail="the call was validated against another version of this tool than the "
+                "pinned definition this executor calls",
+            )
         return None
 
     async def handle(self, call: Call) -> Mapping[str, Any]:
         """The handler of every pinned tool: one ``tools/call``."""
+        if (
+            refused := self.static_refusal(call.tool, call.namespace, call.tool_version)
+        ) is not None:
+            raise refused  # decided before any wait for the server
         meta: dict[str, Any] = {META_IDEMPOTENCY_KEY: call.dispatch_id}
+        check: list[OutputCheck | None] = []
+
+        def before_send() -> ExecutionFailed | None:
+            refused = self.refusal(call.tool, call.namespace, call.tool_version)
+            check.append(self._output_check(call.tool))  # the schema pinned when it was sent
+            return refused
+
         try:
             result = await self.connection.call_tool(
                 call.tool,
@@ -210,7 +253,7 @@ class McpTools:
                 meta,
                 wait_seconds=self.session_wait_seconds,
                 read_timeout_seconds=self.call_timeout_seconds,
-                before_send=lambda: self.refusal(call.tool, call.namespace),
+                before_send=before_send,
             )
         except NotSent:
             raise ExecutionFailed(
@@ -220,38 +263,13 @@ class McpTools:
             raise ExecutionFailed(
                 "mcp_refused", detail=f"the MCP server refused the call (JSON-RPC {exc.code})"
             ) from None
-        except MalformedResult:
-            raise ExecutionFailed(
-                "malformed_result", detail="the MCP server's result could not be read"
-            ) from None
         except AnswerLost as exc:
             raise OutcomeUnknown(exc.why) from None
-        return result_output(result, self.max_result_bytes)
-
-
-def result_output(result: CallToolResult, max_bytes: int) -> dict[str, Any]:
-    """The ``results`` output of a ``CallToolResult``, or :class:`ExecutionFailed`."""
-    if result.is_error:
-        raise ExecutionFailed(
-            "tool_error", detail="the MCP server reported an error result (isError)"
-        )
-    try:
-        output: dict[str, Any] = {
-            "content": [
-                block.model_dump(by_alias=True, mode="json", exclude_none=True)
-                for block in result.content
-            ]
-        }
-        if result.structured_content is not None:
-            output["structuredContent"] = result.structured_content
-        size = len(orjson.dumps(output))
-    except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
-        raise ExecutionFailed(
-            "malformed_result", detail="the MCP server's result is not JSON"
-        ) from None
-    if size > max_bytes:
-        raise ExecutionFailed(
-            "result_too_large",
-            detail=f"the MCP server's result is {size} bytes, over the {max_bytes}-byte limit",
-        )
-    return output
+        try:
+            return result_output(result, self.max_result_bytes, check[-1] if check else None)
+        except (ExecutionFailed, OutcomeUnknown):
+            raise
+        except Exception:  # the server answered: whatever breaks reading it, it may have acted
+            raise OutcomeUnknown(
+                "malformed_result", detail="the MCP server's answer could not be read"
+            ) from None

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from typing import Any
 
-import orjson
 import pytest
 
-from processor.core.errors import RegistryError
+from processor.core.errors import ConfigurationError, RegistryError
 from processor.core.mcp_pins import (
+    DIGEST_VERSION,
     PinState,
     ToolDefinition,
     compare,
     import_entries,
+    refuse_old_digests,
 )
 from processor.core.registry import Registry
-from processor.executor.handlers import ExecutionFailed
+from processor.executor.handlers import ExecutionFailed, OutcomeUnknown
 
 SCHEMA = {"type": "object", "properties": {"slot": {"type": "string"}}, "required": ["slot"]}
 
@@ -32,17 +35,18 @@ def tool(name: str = "book", **changes: Any) -> ToolDefinition:
     return ToolDefinition(**base)
 
 
-def test_digest_is_sha256_of_the_canonical_json_of_the_four_members() -> None:
-    canonical = orjson.dumps(
-        {
-            "annotations": {"destructiveHint": False},
-            "description": "Book a slot.",
-            "inputSchema": SCHEMA,
-            "name": "book",
-        },
-        option=orjson.OPT_SORT_KEYS,
+def test_digest_is_sha256_of_the_canonical_json_of_the_whole_definition() -> None:
+    document = {
+        "name": "book",
+        "description": "Book a slot.",
+        "inputSchema": SCHEMA,
+        "annotations": {"destructiveHint": False},
+    }
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    assert ToolDefinition.from_wire(document).digest == (
+        "sha256:" + hashlib.sha256(canonical).hexdigest()
     )
-    assert tool().digest == "sha256:" + hashlib.sha256(canonical).hexdigest()
+    assert tool().digest == ToolDefinition.from_wire(document).digest  # the same object
     # key order does not matter; every member does
     reordered = dict(reversed(list(SCHEMA.items())))
     assert tool(input_schema=reordered).digest == tool().digest
@@ -55,6 +59,45 @@ def test_digest_is_sha256_of_the_canonical_json_of_the_four_members() -> None:
         tool(description=None),
     ]
     assert len({v.digest for v in variants} | {tool().digest}) == len(variants) + 1
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        {"outputSchema": {"type": "object", "properties": {"code": {"pattern": "^(a+)+$"}}}},
+        {"title": "Book a slot (and forward the invitation)"},
+        {"_meta": {"vendor/hint": "call me first"}},
+        {"icons": [{"src": "https://example.com/i.png"}]},
+        {"execution": {"taskSupport": "optional"}},
+        {"aMemberNoSdkKnows": "text for the model"},
+        {"annotations": {"destructiveHint": False, "title": "Safe"}},
+    ],
+)
+def test_digest_covers_every_member_a_server_can_change(member: dict[str, Any]) -> None:
+    """Issue 38, item 4: outputSchema, title, _meta, icons, execution, and members the SDK does
+    not know (it would drop them): each changes the digest."""
+    base = {"name": "book", "description": "Book a slot.", "inputSchema": SCHEMA}
+    changed = ToolDefinition.from_wire({**base, **member})
+    assert changed.digest != ToolDefinition.from_wire(base).digest
+    assert changed.document == {**base, **member}
+
+
+def test_a_version_one_pin_loads_but_an_executor_refuses_it() -> None:
+    entry = {"name": "t", "parameters": {"type": "object"}}
+    old = {"server": "s", "digest": "sha256:" + "0" * 64}
+    registry = Registry.from_document({"tools": [{**entry, "mcp": old}]})
+    pin = registry.tools[0].mcp
+    assert pin is not None and pin.digest_version == 1
+    with pytest.raises(ConfigurationError, match="re-import the registry") as raised:
+        refuse_old_digests("s", {"t": pin})
+    assert raised.value.reason == "mcp_old_digest"
+    current = Registry.from_document({"tools": [{**entry, "mcp": {**old, "digest_version": 2}}]})
+    assert current.tools[0].mcp is not None
+    refuse_old_digests("s", {"t": current.tools[0].mcp})  # nothing to refuse
+    with pytest.raises(RegistryError, match="digest_version"):
+        Registry.from_document({"tools": [{**entry, "mcp": {**old, "digest_version": 3}}]})
+    written = import_entries("s", [tool("t")]).entries[0]["mcp"]
+    assert written["digest_version"] == DIGEST_VERSION == 2
 
 
 def test_compare_tells_matches_changed_new_and_removed() -> None:
@@ -145,26 +188,51 @@ def test_registry_refuses_a_malformed_pin(pin: Any, message: str) -> None:
 
 
 def test_result_mapping_bounds_and_errors() -> None:
+    """Issue 38, item 5: an answer the server sent that is unreadable, too large or not
+    matching its output schema is unknown (it may have acted); isError alone is failed."""
     pytest.importorskip("mcp")
-    from mcp.types import CallToolResult, TextContent
+    from processor.mcp.results import output_check, result_output
 
-    from processor.mcp.tools import result_output
-
-    ok = CallToolResult(
-        content=[TextContent(type="text", text="done")], structured_content={"ref": "B-1"}
-    )
+    ok = {"content": [{"type": "text", "text": "done"}], "structuredContent": {"ref": "B-1"}}
     assert result_output(ok, 1000) == {
         "content": [{"type": "text", "text": "done"}],
         "structuredContent": {"ref": "B-1"},
     }
-    error = CallToolResult(content=[TextContent(type="text", text="bad slot 9")], is_error=True)
+    error = {"content": [{"type": "text", "text": "bad slot 9"}], "isError": True}
     with pytest.raises(ExecutionFailed) as failed:
         result_output(error, 1000)
     assert failed.value.code == "tool_error" and "9" not in failed.value.detail
-    big = CallToolResult(content=[TextContent(type="text", text="x" * 2000)])
-    with pytest.raises(ExecutionFailed) as failed:
+    big = {"content": [{"type": "text", "text": "x" * 2000}]}
+    with pytest.raises(OutcomeUnknown) as unknown:
         result_output(big, 1000)
-    assert failed.value.code == "result_too_large"
+    assert unknown.value.code == "result_too_large"
+    with pytest.raises(OutcomeUnknown) as unknown:
+        result_output({"content": "not blocks"}, 1000)
+    assert unknown.value.code == "malformed_result"
+    check = output_check({"type": "object", "required": ["ref"]})
+    assert result_output(ok, 1000, check)["structuredContent"] == {"ref": "B-1"}
+    for answer in ({**ok, "structuredContent": {"other": 1}}, {"content": ok["content"]}):
+        with pytest.raises(OutcomeUnknown) as unknown:
+            result_output(answer, 1000, check)
+        assert unknown.value.code == "result_schema_mismatch"
+
+
+def test_an_output_schema_pattern_is_never_run_by_a_backtracking_engine() -> None:
+    """``^(a+)+$`` against 30 ``a`` and a ``!``: Python's ``re`` takes minutes; the pinned
+    schema's check answers at once. A pattern RE2 cannot run makes the schema unusable."""
+    pytest.importorskip("mcp")
+    from processor.mcp.results import output_check, result_output
+
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    answer = {"content": [], "structuredContent": {"code": "a" * 30 + "!"}}
+    started = time.monotonic()
+    with pytest.raises(OutcomeUnknown) as unknown:
+        result_output(answer, 65536, output_check(schema))
+    assert unknown.value.code == "result_schema_mismatch"
+    assert time.monotonic() - started < 0.5
+    lookahead = output_check({"properties": {"a": {"pattern": "(?=a)a"}}})
+    assert lookahead is not None and lookahead.unusable is not None
+    assert output_check(None) is None
 
 
 def test_the_mcp_commands_parse_without_importing_the_sdk() -> None:
