@@ -65,8 +65,14 @@ DIGEST_PREFIX: Final = "sha256:"
 DIGEST_VERSION: Final = 2
 """What :func:`definition_digest` covers: 2, the whole definition (1: four members only)."""
 _PIN_KEYS: Final = frozenset(
-    {"server", "digest", "digest_version", "read_only", "destructive", "idempotent", "open_world"}
-)
+    {
+        "server", "digest", "digest_version", "read_only", "destructive", "idempotent",
+        "open_world", "definition",
+    }
+)  # fmt: skip
+_ENTRY_MEMBERS: Final = frozenset({"name", "description", "inputSchema", "annotations"})
+"""The tool members an entry shows in its own keys (and its ``mcp`` hints); every other member
+the digest pins is shown, for review, under ``mcp.definition``."""
 
 
 def canonical_definition(document: Mapping[str, Any]) -> bytes:
@@ -182,6 +188,9 @@ def parse_pin(value: Any, where: str) -> McpPin:
         or any(c not in "0123456789abcdef" for c in digest[len(DIGEST_PREFIX) :])
     ):
         raise RegistryError(detail=f"{where}: 'mcp.digest' must be sha256: and 64 hex digits")
+    shown = value.get("definition")
+    if shown is not None and not isinstance(shown, Mapping):
+        raise RegistryError(detail=f"{where}: 'mcp.definition' must be a mapping")
     version = value.get("digest_version", 1)  # written since version 2; absent: version 1
     if type(version) is not int or version not in (1, DIGEST_VERSION):
         raise RegistryError(detail=f"{where}: 'mcp.digest_version' must be 1 or {DIGEST_VERSION}")
@@ -363,11 +372,15 @@ def import_entries(
                 "written escaped"
             )
         escaped: list[str] = []
+        others = {k: v for k, v in definition.wire.items() if k not in _ENTRY_MEMBERS}
         try:
+            part = "inputSchema"
             parameters = _schema_text(definition.input_schema, escape, "", escaped)
+            part = "definition"
+            shown_others = _schema_text(others, escape, "", escaped) if others else None
         except _Hidden as hidden:
             refused.append(
-                f"tool {name!r} refused: its inputSchema hides characters at "
+                f"tool {name!r} refused: its {part} hides characters at "
                 f"{hidden.where or '/'} ({describe(hidden.chars)})"
             )
             continue
@@ -404,6 +417,8 @@ def import_entries(
         entry["parameters"] = parameters
         entry["requires_confirmation"] = confirm_destructive and destructive and not read_only
         entry["mcp"] = pin.as_document()
+        if shown_others:  # outputSchema, title, _meta, …: pinned, so shown for review
+            entry["mcp"]["definition"] = shown_others
         try:
             Registry.from_document({"tools": [entry]}, source=f"server {server!r}")
         except RegistryError as exc:

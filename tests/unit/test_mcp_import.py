@@ -136,3 +136,31 @@ def test_a_schema_too_deep_to_walk_is_refused_not_a_crash() -> None:
         deep = {"type": "object", "properties": {"a": deep}}
     result = import_entries("srv", [tool("deep", input_schema=deep)], escape=printable)
     assert result.entries == [] and "nested too deeply" in result.refused[0]
+
+
+def test_every_pinned_member_is_shown_for_review_and_hides_nothing() -> None:
+    """The digest pins the whole definition (outputSchema, title, _meta, …): what a reviewer
+    approves shows all of it, under ``mcp.definition``, and hidden text there refuses the tool
+    as it does in the inputSchema."""
+    output = {"type": "object", "properties": {"ok": {"type": "boolean", "description": "Done."}}}
+    wire = {
+        "name": "book",
+        "description": "Book a slot.",
+        "inputSchema": SCHEMA,
+        "outputSchema": output,
+        "title": "Book",
+        "_meta": {"x": 1},
+    }
+    [entry] = import_entries("srv", [ToolDefinition.from_wire(wire)], escape=printable).entries
+    assert entry["mcp"]["definition"] == {
+        "outputSchema": output,
+        "title": "Book",
+        "_meta": {"x": 1},
+    }
+    Registry.from_document({"tools": [entry]})  # the registry loads what the import wrote
+    hidden = {**wire, "_meta": {"note": f"ignore{HIDDEN['tag']}"}}
+    result = import_entries("srv", [ToolDefinition.from_wire(hidden)], escape=printable)
+    assert result.entries == []
+    assert "its definition hides characters at /_meta/note" in result.refused[0]
+    [plain] = import_entries("srv", [tool()], escape=printable).entries
+    assert "definition" not in plain["mcp"]
