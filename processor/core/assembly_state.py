@@ -130,11 +130,13 @@ class AssemblyState:
         self.buffered_bytes += buf.byte_count
 
     def enter_awaiting(self, buf: CallBuffer) -> None:
+        """A validated call waits for its response's end or the barrier (released in order)."""
         self.awaiting[buf.key] = buf
         self.awaiting_seq += 1
         self.awaiting_rank[buf.key] = self.awaiting_seq
 
     def uncount(self, buf: CallBuffer) -> None:
+        """Take a buffer out of every open-call index (it ended, or a restore replaces it)."""
         self.awaiting.pop(buf.key, None)
         self.awaiting_rank.pop(buf.key, None)
         self.barrier_held.pop(buf.key, None)
