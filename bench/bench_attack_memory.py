@@ -180,7 +180,7 @@ def run_scenario(name: str, scale: int) -> dict[str, Any]:
         "seconds": round(seconds, 2),
         "rss_growth_mib": round((after - baseline) / 1024, 1),
         "peak_growth_mib": round((_status_kib("VmHWM") - baseline) / 1024, 1),
-        "open_buffers": len(asm._active),
+        "open_buffers": len(asm.state.active),
         "call_records": len(asm.calls),
         "turn_records": len(asm.control.turns),
         "response_records": len(asm.control.responses),

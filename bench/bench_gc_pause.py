@@ -79,7 +79,7 @@ def child(mode: str, calls: int) -> dict[str, Any]:
         if len(pending) >= STEP or n == calls - 1:
             collector.age(time.monotonic())
             for payload in pending:
-                assembler.handle_record(payload, source, now)
+                assembler.handle(payload, now, source=source)
             assembler.drain_changes()
             pending.clear()
     seconds = time.perf_counter() - t0

@@ -82,7 +82,7 @@ def replay(
         when = event_time(event)
         now = max(now, when if math.isfinite(when) else 0.0)
         yield from assembler.tick(now)
-        yield from assembler.handle_decoded(event, line, where, now)
+        yield from assembler.handle(line, now, source=where, decoded=event)
 
 
 def output_line(record: OutputRecord) -> bytes:

@@ -1,21 +1,35 @@
 """The Assembler's state and the indexes over it: every field, declared once. No IO.
 
-Owns the attributes of one partition's Assembler (``__init__``: buffers, inert calls, control
-state, the open-buffer indexes, the awaiting/held sets, the counters), the upkeep of the
-open-buffer indexes (``_count`` / ``_uncount`` / ``_await``) and the marking of changed state keys
-(``_mark``, ``_touch``, ``_mark_texts``) that :mod:`processor.core.changelog` drains. Also the
-state-key helpers shared by the layers (``_call_state_key``, ``_text_key``, ``_parse_text_key``).
+Owns the fields of one partition's Assembler (``__init__``: buffers, inert calls, control state,
+the open-buffer indexes, the awaiting/held sets, the counters), the upkeep of the open-buffer
+indexes (``count`` / ``uncount`` / ``enter_awaiting``) and the marking of changed state keys
+(``mark``, ``touch``, ``mark_texts``) that :mod:`processor.core.changelog` drains. Also the
+state-key helpers shared by the rule modules (``_call_state_key``, ``_text_key``,
+``_parse_text_key``) and ``declaration_of`` (a buffer's tool in the registry).
 
 Must not decide anything: no event handling, no terminal transitions, no outputs. The fields are
-set here only; each is changed by the layer that owns its rule.
+declared here only; each is changed by the rule module that owns its rule.
 
-The Assembler is one class built in layers, each module's class the base of the next (bottom
-to top: ``assembly_state``, ``forgetting``, ``changelog``, ``gating``, ``binding``,
-``control_commands``, ``fragments``, ``assembler``). A layer calls only itself and the layers
-below it. They are layers of one object rather than collaborators because the state is genuinely
-shared: every part reads and writes the same buffers, indexes and dirty-key set, and the
-per-delta path must stay one attribute lookup on ``self`` (collaborator objects would need a
-back-reference to all of it and forwarding calls on the hot path)."""
+The parts. The Assembler is built h11-style: this one state object, and rule modules of plain
+functions that take it explicitly as their first argument (``terminate(state, buf, ...)``,
+``try_validate(state, buf, text, now, out)``), so a call's arguments can be followed from the
+record to the dispatch through named functions. Each module imports only the ones before it in
+this order, which is the order a call's rules depend on each other (no import cycles):
+
+1. ``assembly_state``: the fields, the indexes and the dirty keys (this module);
+2. ``forgetting``: ending a call (``terminate``, ``stop``) and forgetting (``forget``);
+3. ``changelog``: ``drain_changes`` and ``restore``;
+4. ``gating``: response verdicts, the control barrier, ``try_release`` and ``dispatch``;
+5. ``binding``: turn bindings, admission (``capacity_refusal``) and ``try_validate``;
+6. ``control_commands``: cancellation, confirmation, denial, operator commands;
+7. ``fragments``: ``on_fragment``, the per-delta path;
+8. ``expiry``: the four expiry rules ``tick`` applies;
+9. ``assembler``: the facade (``Assembler``): the verbs ``handle``, ``tick``,
+   ``advance_control``, ``drain_changes`` / ``restore``, and the read-only figures.
+
+The state stays one object rather than one per part because it is genuinely shared: every rule
+reads and writes the same buffers, indexes and dirty-key set; the rules, not the data, are what
+the parts separate. The per-delta path stays one attribute lookup on ``state``."""
 
 from __future__ import annotations
 
@@ -51,117 +65,121 @@ class AssemblyState:
         self.calls: dict[CallKey, CallBuffer] = {}  # not yet terminal
         # the same buffers by key tuple: a tuple hashes and compares in C, a CallKey model in
         # Python, and the per-delta path looks a call up by the event's ids without a model
-        self._live: dict[CallTuple, CallBuffer] = {}
+        self.live: dict[CallTuple, CallBuffer] = {}
         # terminal calls, compact (processor.core.inert), until retention or the count bound
         self.inert: dict[CallTuple, InertCall] = {}
         self.control = ControlState()
-        self._dirty: set[str] = set()
-        self._fresh: set[str] = set()  # text keys first written since the last drain
+        self.dirty: set[str] = set()
+        self.fresh: set[str] = set()  # text keys first written since the last drain
         # fragment events of a tenant dated at or before its cutoff are stale: the count bound
         # forgot a call of that tenant whose events carried ts up to it. Per tenant, so a tenant
         # stamping its own flood ahead of the clock cannot make another tenant's events stale.
         # Kept in the order they last moved (pruned from the front once retention covers them).
-        self._stale_before: dict[str, float] = {}
-        self._stale_moved: set[str] = set()  # tenants whose turns and responses to look at
+        self.stale_cutoffs: dict[str, float] = {}
+        self.stale_moved: set[str] = set()  # tenants whose turns and responses to look at
         # the same for every tenant: only from a changelog written before cutoffs were per
         # tenant, or when more tenants hold a cutoff than the count bound allows (folded)
-        self._evicted_before = 0.0
+        self.evicted_before = 0.0
         # indexes over the open buffers only, so no hot path walks the inert ones
-        self._active: dict[CallTuple, CallBuffer] = {}
+        self.active: dict[CallTuple, CallBuffer] = {}
         # (max bytes, max deltas) per declared tool name as written (None: no tool yet), for
         # the limits and registry they were computed from
-        self._bounds: dict[str | tuple[str, str] | None, tuple[int, int]] = {}
-        self._bounds_limits: Limits | None = None
-        self._bounds_registry: Registry | None = None
-        self._active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
-        self._open_per_tenant: dict[str, int] = {}
-        self._open_total = 0
-        # the byte_count of the buffers in ``_active``, kept as they change (a gauge the worker
+        self.bounds: dict[str | tuple[str, str] | None, tuple[int, int]] = {}
+        self.bounds_limits: Limits | None = None
+        self.bounds_registry: Registry | None = None
+        self.active_by_turn: dict[tuple[str, str], dict[CallKey, CallBuffer]] = {}
+        self.open_per_tenant: dict[str, int] = {}
+        self.open_total = 0
+        # the byte_count of the buffers in ``active``, kept as they change (a gauge the worker
         # reads every iteration: a sum over 10,000 open buffers would cost it milliseconds)
-        self._buffered_bytes = 0
+        self.buffered_bytes = 0
         self.evictions = 0  # open buffers failed to admit another tenant's call (fair share)
         self.turn_evictions = 0  # turn records forgotten to make room (max_turns*)
         self.response_evictions = 0  # response records forgotten to make room (max_responses)
-        self._ended: deque[tuple[float, CallTuple]] = deque()  # in order of ended_at
-        self._ended_sorted = True
-        self._restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
+        self.ended: deque[tuple[float, CallTuple]] = deque()  # in order of ended_at
+        self.ended_sorted = True
+        self.restored_texts: dict[CallKey, dict[int, str]] = {}  # texts seen before their call
         # validated calls waiting for their response's end or for the control barrier
-        self._awaiting: dict[CallKey, CallBuffer] = {}
-        self._awaiting_rank: dict[CallKey, int] = {}  # order of entry, to release in that order
-        self._awaiting_seq = 0
+        self.awaiting: dict[CallKey, CallBuffer] = {}
+        self.awaiting_rank: dict[CallKey, int] = {}  # order of entry, to release in that order
+        self.awaiting_seq = 0
         # of those, the ones held by the barrier only: key → (barrier, order of entry); and
         # the same as a heap of (barrier, order, push, key), so advancing control finds the calls
         # it frees without a scan (entries whose key left or moved on are skipped when popped;
         # ``push`` is unique, so keys are never compared)
-        self._barrier_held: dict[CallKey, tuple[int, int]] = {}
-        self._held_heap: list[tuple[int, int, int, CallKey]] = []
-        self._held_seq = 0
-        self._held_pushes = 0
-        self._recheck_awaiting = False  # after a restore: look at every awaiting call once
-        self._control_position: int | None = None  # how far this partition's control is applied
+        self.barrier_held: dict[CallKey, tuple[int, int]] = {}
+        self.held_heap: list[tuple[int, int, int, CallKey]] = []
+        self.held_seq = 0
+        self.held_pushes = 0
+        self.recheck_awaiting = False  # after a restore: look at every awaiting call once
+        self.control_position: int | None = None  # how far this partition's control is applied
         # terminal candidates waiting for their turn's binding while control is not yet applied
         # up to their barrier (the binding may be there): key → barrier, about in barrier order
-        self._unbound_lagging: dict[CallKey, int] = {}
+        self.unbound_lagging: dict[CallKey, int] = {}
         self.late_events = 0  # events for absorbing calls, ignored (a delivery condition)
         self.duplicate_deltas = 0
 
-    def _count(self, buf: CallBuffer) -> None:
+    def count(self, buf: CallBuffer) -> None:
         """Index an open buffer and count it against the open-buffer limits until terminal."""
         buf.counted = True
         key = buf.key
-        self._active[key.as_tuple] = buf
-        self._active_by_turn.setdefault((key.tenant, key.turn_id), {})[key] = buf
-        self._open_per_tenant[key.tenant] = self._open_per_tenant.get(key.tenant, 0) + 1
-        self._open_total += 1
-        self._buffered_bytes += buf.byte_count
+        self.active[key.as_tuple] = buf
+        self.active_by_turn.setdefault((key.tenant, key.turn_id), {})[key] = buf
+        self.open_per_tenant[key.tenant] = self.open_per_tenant.get(key.tenant, 0) + 1
+        self.open_total += 1
+        self.buffered_bytes += buf.byte_count
 
-    def _await(self, buf: CallBuffer) -> None:
-        self._awaiting[buf.key] = buf
-        self._awaiting_seq += 1
-        self._awaiting_rank[buf.key] = self._awaiting_seq
+    def enter_awaiting(self, buf: CallBuffer) -> None:
+        """A validated call waits for its response's end or the barrier (released in order)."""
+        self.awaiting[buf.key] = buf
+        self.awaiting_seq += 1
+        self.awaiting_rank[buf.key] = self.awaiting_seq
 
-    def _uncount(self, buf: CallBuffer) -> None:
-        self._awaiting.pop(buf.key, None)
-        self._awaiting_rank.pop(buf.key, None)
-        self._barrier_held.pop(buf.key, None)
-        self._unbound_lagging.pop(buf.key, None)
+    def uncount(self, buf: CallBuffer) -> None:
+        """Take a buffer out of every open-call index (it ended, or a restore replaces it)."""
+        self.awaiting.pop(buf.key, None)
+        self.awaiting_rank.pop(buf.key, None)
+        self.barrier_held.pop(buf.key, None)
+        self.unbound_lagging.pop(buf.key, None)
         if not buf.counted:
             return
         buf.counted = False
         key = buf.key
-        del self._active[key.as_tuple]
-        self._buffered_bytes -= buf.byte_count
-        turn = self._active_by_turn[(key.tenant, key.turn_id)]
+        del self.active[key.as_tuple]
+        self.buffered_bytes -= buf.byte_count
+        turn = self.active_by_turn[(key.tenant, key.turn_id)]
         del turn[key]
         if not turn:
-            del self._active_by_turn[(key.tenant, key.turn_id)]
-        self._open_total -= 1
-        count = self._open_per_tenant[key.tenant] - 1
+            del self.active_by_turn[(key.tenant, key.turn_id)]
+        self.open_total -= 1
+        count = self.open_per_tenant[key.tenant] - 1
         if count > 0:
-            self._open_per_tenant[key.tenant] = count
+            self.open_per_tenant[key.tenant] = count
         else:
-            del self._open_per_tenant[key.tenant]
+            del self.open_per_tenant[key.tenant]
 
-    def _turn_calls(self, tenant: str, turn_id: str) -> list[CallBuffer]:
+    def turn_calls(self, tenant: str, turn_id: str) -> list[CallBuffer]:
         """The open buffers of one turn (a copy: callers terminate while iterating)."""
-        return list(self._active_by_turn.get((tenant, turn_id), {}).values())
+        return list(self.active_by_turn.get((tenant, turn_id), {}).values())
 
-    def _touch(self, buf: CallBuffer) -> None:
-        self._mark(buf.state_key)
+    def touch(self, buf: CallBuffer) -> None:
+        self.mark(buf.state_key)
 
-    def _drop_text(self, buf: CallBuffer) -> None:
-        self._mark_texts(buf, buf.drop_text())
+    def drop_text(self, buf: CallBuffer) -> None:
+        self.mark_texts(buf, buf.drop_text())
 
-    def _mark_texts(self, buf: CallBuffer, positions: Iterable[int]) -> None:
+    def mark_texts(self, buf: CallBuffer, positions: Iterable[int]) -> None:
         prefix = buf.text_key_prefix  # _text_key, inlined
-        self._dirty.update([f"{prefix}{position}]" for position in positions])
+        self.dirty.update([f"{prefix}{position}]" for position in positions])
 
-    def _mark(self, key: str) -> None:
-        self._dirty.add(key)
+    def mark(self, key: str) -> None:
+        self.dirty.add(key)
 
-    def _declaration(self, buf: CallBuffer) -> Any:
-        resolution = self.registry.resolve(buf.tool, buf.namespace) if buf.tool else None
-        return resolution.declaration if resolution else None
+
+def declaration_of(state: AssemblyState, buf: CallBuffer) -> Any:
+    """The declaration ``buf``'s tool (in its namespace) resolves to in the registry, or None."""
+    resolution = state.registry.resolve(buf.tool, buf.namespace) if buf.tool else None
+    return resolution.declaration if resolution else None
 
 
 _HORIZON_KEY = "meta:evicted_before"

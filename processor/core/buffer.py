@@ -65,7 +65,7 @@ class CallBuffer:
     awaiting_binding_since: float | None = None
     # control's end offset read once the binding wait had run out: the call fails for want of
     # its binding only when control is applied up to it (not persisted: after a restore it is
-    # read again, later, which only waits longer; see ``TurnBinding._binding_expired``)
+    # read again, later, which only waits longer; see ``expiry.binding_expired``)
     binding_fence: int | None = field(default=None, compare=False)
     validated_at: float | None = None  # entered awaiting_response (waits for the response end)
     # the control position (an offset of this partition's control topic) that must be applied

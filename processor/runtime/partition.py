@@ -629,14 +629,14 @@ class PartitionTask:
         try:
             written = record.timestamp / 1000.0  # control uses LogAppendTime: the broker's clock
             if data is _UNPARSED:
-                return self.assembler.handle_record(
-                    payload, source, now, record_time=written, barrier=barrier
+                return self.assembler.handle(
+                    payload, now, source=source, record_time=written, barrier=barrier
                 )
-            return self.assembler.handle_parsed(
-                data,
+            return self.assembler.handle(
                 payload,
-                source,
                 now,
+                source=source,
+                parsed=data,
                 record_time=written,
                 barrier=barrier if role == "fragments" else None,
             )

@@ -194,13 +194,19 @@ async def test_repeats_through_the_old_and_the_renewed_producer_are_ignored(
     outputs_per_copy: list[list[Any]] = [[], []]
     for copy, chunk in enumerate((control[:3], control[3:])):
         for r in chunk:
-            outputs_per_copy[copy] += run.assembler.handle_record(
-                r.value, RecordSource(r.topic, 0, r.offset), now, record_time=r.timestamp / 1000
+            outputs_per_copy[copy] += run.assembler.handle(
+                r.value,
+                now,
+                source=RecordSource(r.topic, 0, r.offset),
+                record_time=r.timestamp / 1000,
             )
     for copy, chunk in enumerate((fragments[: len(ids)], fragments[len(ids) :])):
         for r in chunk:
-            outputs_per_copy[copy] += run.assembler.handle_record(
-                r.value, RecordSource(r.topic, 0, r.offset), now, record_time=r.timestamp / 1000
+            outputs_per_copy[copy] += run.assembler.handle(
+                r.value,
+                now,
+                source=RecordSource(r.topic, 0, r.offset),
+                record_time=r.timestamp / 1000,
             )
     first, second = outputs_per_copy
     assert [type(o) for o in first if isinstance(o, Dispatch)] == [Dispatch]

@@ -391,7 +391,7 @@ def run(seed: int, responses: int) -> list[str]:
         if action[0] == "tick":
             outs = assembler.tick(now)
         elif action[0] == "raw":
-            outs = assembler.handle_record(action[1], RecordSource("fragments", 0, n), now)
+            outs = assembler.handle(action[1], now, source=RecordSource("fragments", 0, n))
         else:
             outs = assembler.handle(_event(action, n, now), now)
         h = hashlib.sha256()
@@ -415,9 +415,9 @@ def run(seed: int, responses: int) -> list[str]:
 def _check_indexes(assembler: Assembler) -> None:
     """The Assembler's private indexes agree with its public tables at every step."""
     live = {key.as_tuple: buf for key, buf in assembler.calls.items()}
-    assert assembler._live == live
+    assert assembler.state.live == live
     assert not set(live) & set(assembler.inert)
-    assert all(live[t] is buf and buf.counted for t, buf in assembler._active.items())
+    assert all(live[t] is buf and buf.counted for t, buf in assembler.state.active.items())
 
 
 SEEDS = (1, 2, 3)

@@ -494,7 +494,7 @@ class TestBoundsAndRecords:
             (b'{"v": 1, "type": "call.teleport"}', "unknown_type"),
             (b'{"v": 1, "type": "call.delta", "seq": 1}', "invalid_record"),
         ]:
-            [dl] = run.assembler.handle_record(payload, source, 100.0)
+            [dl] = run.assembler.handle(payload, 100.0, source=source)
             assert (dl.reason, dl.partition, dl.offset, dl.payload_bytes) == (
                 reason,
                 3,

@@ -130,7 +130,7 @@ def test_the_count_bound_forgets_the_oldest_and_makes_its_events_stale() -> None
     assert again.inert == assembler.inert and again.stale_before("acme") == 101.0
     # a replay of a forgotten call is stale, it does not open the call again
     source = RecordSource("fragments", 0, 0)
-    out = again.handle_record(encode(calls[0].start()), source, 200.0)
+    out = again.handle(encode(calls[0].start()), 200.0, source=source)
     assert [o.reason for o in out] == ["stale_event"]  # type: ignore[union-attr]
     assert again.calls == {}
 

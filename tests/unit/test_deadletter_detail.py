@@ -2,8 +2,8 @@
 (issue 30, item 4).
 
 A record's keys are payload as much as its values: ``{"api_key=sk-…": 1}`` is a key, and a key of
-500 characters once overflowed ``detail``'s 512-character limit, so ``handle_record`` raised and
-``processor replay`` stopped with exit 70. An unknown key (or an unknown ``type``) is named by its
+500 characters once overflowed ``detail``'s 512-character limit, so ``handle`` of the raw record
+raised and ``processor replay`` stopped with exit 70. An unknown key (or an unknown ``type``) is named by its
 length and a short digest only; the rest of ``detail`` is the record type, declared field names
 and pydantic's error kinds.
 """
@@ -33,7 +33,7 @@ _STAND_IN = re.compile(r"#[0-9a-f]{8} \d+ chars")
 
 def _dead_letter(record: dict[str, Any] | bytes) -> DeadLetter:
     payload = record if isinstance(record, bytes) else orjson.dumps(record)
-    outputs = Assembler(registry()).handle_record(payload, RecordSource("fragments", 0, 7), NOW)
+    outputs = Assembler(registry()).handle(payload, NOW, source=RecordSource("fragments", 0, 7))
     for output in outputs:
         encode(output)  # every output is a valid record that encodes
     [dead] = [o for o in outputs if isinstance(o, DeadLetter)]
@@ -56,7 +56,7 @@ PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 @PROPERTY
 @given(st.sampled_from(SAMPLES), st.lists(KEYS, min_size=1, max_size=3), JSON | KEYS)
-@example(SAMPLES[0], ["x" * 500], 1)  # the ~500-character name that crashed handle_record
+@example(SAMPLES[0], ["x" * 500], 1)  # the ~500-character name that crashed handle_record (now handle)
 @example(SAMPLES[0], ["api_key=sk-live-0123456789abcdef"], "v")
 @example(SAMPLES[0], ["\x1b[2J\u202eevil"], None)
 def test_unknown_keys_of_any_length_and_content_never_crash_nor_reach_detail(

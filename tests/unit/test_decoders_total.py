@@ -1,10 +1,11 @@
 """Every decoder is total (issue 9, item 1): any JSON value in any field, any bytes, any mutation.
 
-Inputs: the worker's decoding (``decode_input``, the Assembler's ``handle_record``, the partition's
-wrong-topic/partition check, ``misrouted``), the executor's ``FenceState.apply_record``, the
-executor's record decoders (``decode_dispatch``, ``decode_entry``), ``processor replay`` and the
-``tail`` renderers. Each must return a model, a dead letter, an outcome or a line, and may raise
-only ``RecordRejected`` where that is its contract; and nothing it outputs may fail to encode.
+Inputs: the worker's decoding (``decode_input``, the Assembler's ``handle`` of raw records, the
+partition's wrong-topic/partition check, ``misrouted``), the executor's
+``FenceState.apply_record``, the executor's record decoders (``decode_dispatch``,
+``decode_entry``), ``processor replay`` and the ``tail`` renderers. Each must return a model, a
+dead letter, an outcome or a line, and may raise only ``RecordRejected`` where that is its
+contract; and nothing it outputs may fail to encode.
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def test_the_worker_never_raises_on_one_record(payload: bytes) -> None:
         if isinstance(data, dict):
             misrouted(data, 0, 6)
     assembler = Assembler(registry())
-    for output in assembler.handle_record(payload, RecordSource("fragments", 0, 1), NOW):
+    for output in assembler.handle(payload, NOW, source=RecordSource("fragments", 0, 1)):
         encode(output)
     assembler.drain_changes()
 
@@ -280,7 +281,7 @@ def test_every_hostile_value_in_every_field_of_every_record_type() -> None:
                 payload = orjson.dumps({**sample, field: value})
                 with contextlib.suppress(RecordRejected):
                     encode(decode_input(payload, now=NOW))
-                for output in assembler.handle_record(payload, source, NOW):
+                for output in assembler.handle(payload, NOW, source=source):
                     encode(output)
                 assert isinstance(fence.apply_record(payload, NOW), ApplyOutcome)
                 _worker_handles(payload, "control")
@@ -310,7 +311,7 @@ def test_a_core_failure_on_one_record_dead_letters_it_even_a_panic(
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise raised
 
-    monkeypatch.setattr(task.assembler, "handle_parsed", fail)
+    monkeypatch.setattr(task.assembler, "handle", fail)
     record = ConsumerRecord(task.topics.fragments, partition, 7, 100_000, 1, b"k", payload, None,
                             1, len(payload), [])  # fmt: skip
     [dead] = task._handle(record, "fragments", NOW, 5)

@@ -94,7 +94,7 @@ def test_bounds_hold_and_a_tenant_below_the_largest_is_always_admitted(
     run = _run(total=10, per_tenant=6)
     for step, t in enumerate(tenants):
         tenant = f"t{t}"
-        counts = dict(run.assembler._open_per_tenant)
+        counts = dict(run.assembler.state.open_per_tenant)
         held = counts.get(tenant, 0)
         most = max(counts.values(), default=0)
         full = run.assembler.open_buffers >= 10
@@ -103,4 +103,4 @@ def test_bounds_hold_and_a_tenant_below_the_largest_is_always_admitted(
         admitted = run.assembler.call_state(call.key).value != "failed"
         assert admitted == (held < 6 and (not full or most > held)), (counts, tenant)
         assert run.assembler.open_buffers <= 10
-        assert all(n <= 6 for n in run.assembler._open_per_tenant.values())
+        assert all(n <= 6 for n in run.assembler.state.open_per_tenant.values())

@@ -40,7 +40,7 @@ def _feed(assembler: Assembler, events: list[InputEvent], now: float) -> list[ob
     """Each event as the worker reads it: its bytes, through the decoder and the stale check."""
     out: list[object] = []
     for event in events:
-        out += assembler.handle_record(encode(event), SOURCE, now)
+        out += assembler.handle(encode(event), now, source=SOURCE)
     return out
 
 
@@ -142,6 +142,6 @@ def test_a_command_id_is_remembered_until_its_replay_is_stale() -> None:
         assert isinstance(audit, Audit) and audit.rejection is None
     later = 100.0 + 3600 + 1
     asm.tick(later)
-    [again] = asm.handle_record(encode(resume), RecordSource("control", 0, 9), later)
+    [again] = asm.handle(encode(resume), later, source=RecordSource("control", 0, 9))
     assert isinstance(again, Audit) and again.rejection == "replayed"
     assert "acme" in asm.control.stopped_tenants

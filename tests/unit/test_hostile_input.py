@@ -107,7 +107,7 @@ def audits(run: Run) -> list[tuple[str, str, str | None]]:
 def test_1_unhashable_type_is_a_dead_letter_not_a_crash(payload: bytes) -> None:
     with pytest.raises(RecordRejected):
         decode_input(payload)
-    [dead] = Assembler(registry()).handle_record(payload, SOURCE, NOW)
+    [dead] = Assembler(registry()).handle(payload, NOW, source=SOURCE)
     assert isinstance(dead, DeadLetter) and dead.reason in {"unknown_type", "unknown_version"}
     assert FenceState(verifier=KEYRING).apply_record(payload, NOW) is ApplyOutcome.UNDECODABLE
     assert misrouted(orjson.loads(payload), 0, 6) is None
@@ -144,7 +144,7 @@ def test_2_a_unit_separator_in_an_id_never_crashes_the_changelog(field: str) -> 
     for record in records:
         if field in record:
             record[field] = "r\x1fx"
-        outputs += assembler.handle_record(orjson.dumps(record), SOURCE, 100.0)
+        outputs += assembler.handle(orjson.dumps(record), 100.0, source=SOURCE)
         assembler.drain_changes()  # raised ValueError before the fix
     assert all(isinstance(o, DeadLetter) for o in outputs)
     assert assembler.calls == {}
@@ -468,13 +468,13 @@ def test_5_a_confirmation_with_a_bad_or_future_time_never_passes_the_fence(issue
 def test_5_the_worker_dead_letters_a_future_record() -> None:
     assembler = Assembler(registry())
     payload = orjson.dumps({**orjson.loads(encode(Call(ts=NOW + 3600).start()))})
-    [dead] = assembler.handle_record(payload, SOURCE, NOW)
+    [dead] = assembler.handle(payload, NOW, source=SOURCE)
     assert isinstance(dead, DeadLetter) and dead.reason == "future_time"
     # a producer's own record timestamp (CreateTime on fragments) does not vouch for it
-    [dead] = assembler.handle_record(payload, SOURCE, NOW, record_time=NOW + 3600)
+    [dead] = assembler.handle(payload, NOW, source=SOURCE, record_time=NOW + 3600)
     assert isinstance(dead, DeadLetter) and dead.reason == "future_time"
     skewed = orjson.dumps({**orjson.loads(encode(Call(ts=NOW + 30).start()))})
-    assert not any(isinstance(o, DeadLetter) for o in assembler.handle_record(skewed, SOURCE, NOW))
+    assert not any(isinstance(o, DeadLetter) for o in assembler.handle(skewed, NOW, source=SOURCE))
 
 
 def test_5_the_fence_refuses_a_tool_disabled_by_alias_without_a_registry() -> None:

@@ -128,8 +128,8 @@ def test_too_many_tenants_with_a_cutoff_fold_into_the_floor() -> None:
     assembler = Assembler(registry(), Limits(max_inert_calls=10), verifier=AllowUnsigned())
     for i in range(40):
         _flood(assembler, 100.0 + i, 1, ahead=0.0, tenant=f"t{i:02d}")
-    assert len(assembler._stale_before) <= 10
-    floor = assembler._evicted_before
+    assert len(assembler.state.stale_cutoffs) <= 10
+    floor = assembler.state.evicted_before
     assert floor > 0.0
     for i in range(40):  # no tenant's cutoff went backwards: each is its own or the floor
         assert assembler.stale_before(f"t{i:02d}") >= min(100.0 + i, floor)
