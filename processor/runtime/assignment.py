@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 from aiokafka import ConsumerRebalanceListener
@@ -71,8 +71,12 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
         new_assembler: Callable[[], Assembler],
         *,
         on_fatal: Callable[[BaseException], None],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
+        # how a preparation waits before its retry (a seam: tests read the retry schedule
+        # without waiting it out, and without patching the event loop's asyncio.sleep)
+        self._sleep = sleep
         self.topics = settings.topics
         self._new_assembler = new_assembler
         self._on_fatal = on_fatal
@@ -176,7 +180,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
     async def _prepare(self, task: PartitionTask, *, delay: float) -> None:
         backoff = _RETRY_MIN_S
         if delay:
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
         while self.tasks.get(task.partition) is task:
             started = time.monotonic()
             try:
@@ -185,7 +189,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                 raise
             except TransactionHeld:  # logged once by processor.runtime.hanging
                 metrics.RESTORE_FAILURES.inc()
-                await asyncio.sleep(backoff)
+                await self._sleep(backoff)
                 backoff = min(backoff * 2, _RETRY_MAX_S)
                 continue
             except Exception as exc:
@@ -200,7 +204,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                         retry_in_s=backoff,
                     ),
                 )
-                await asyncio.sleep(backoff)
+                await self._sleep(backoff)
                 backoff = min(backoff * 2, _RETRY_FAILED_MAX_S)
                 continue
             metrics.RESTORE_DURATION.observe(result.seconds)

@@ -63,9 +63,14 @@ def _plan(settings: Settings) -> transaction.CommitPlan:
     return plan
 
 
-async def test_a_commit_step_that_fails_after_its_end_was_sent_is_in_doubt(
+async def test_classification_a_commit_step_timing_out_in_its_end_is_in_doubt(
     settings: Settings,
 ) -> None:
+    """A classification test: how ``transaction.commit`` labels a step that times out, not a
+    broker that fails to answer. The producer's ``commit_transaction`` (its EndTxn) or
+    ``send_offsets_to_transaction`` is replaced by a wait past the step's bound; the first is
+    in doubt (the EndTxn may have been sent), the second is not (nothing was ended). The fences
+    that act on ``in_doubt`` are tested below against the coordinator's real states."""
     producer = await _producer(settings, "ends", 60_000)
 
     async def unanswered(*_: object) -> None:

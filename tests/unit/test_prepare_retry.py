@@ -12,12 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from processor.core.assembler import Assembler
 from processor.core.authn import AllowUnsigned
 from processor.core.policy import Limits
-from processor.runtime import assignment
 from processor.runtime.assignment import PartitionManager
 from processor.runtime.partition import PartitionTask
 from processor.settings import Settings
@@ -27,38 +24,37 @@ FAILURES = 8
 
 
 class FailingTask(PartitionTask):
-    attempts = 0
+    """A task whose preparation always fails, counting its own attempts."""
+
+    attempts = 0  # per instance (set in prepare), never shared across tests
 
     async def prepare(self, consumer: Any) -> Any:
-        FailingTask.attempts += 1
+        self.attempts += 1
         raise ConnectionRefusedError("the partition's coordinator is not there yet")
 
 
-async def test_a_failing_preparation_is_retried_at_least_every_two_seconds(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    settings = Settings(bootstrap_servers="127.0.0.1:1", topic_prefix="t.")
-    manager = PartitionManager(
-        settings,
-        lambda: Assembler(registry(), Limits(), verifier=AllowUnsigned()),
-        on_fatal=lambda exc: None,
-    )
-    task = FailingTask(0, settings, manager._new_assembler)
-    manager.tasks[0] = task
+async def test_a_failing_preparation_is_retried_at_least_every_two_seconds() -> None:
     waits: list[float] = []
     done = asyncio.Event()
-    real_sleep = asyncio.sleep
 
     async def sleep(seconds: float) -> None:  # the schedule, without the wait
         waits.append(seconds)
         if len(waits) > FAILURES:
             done.set()
-            await real_sleep(3600)
-        await real_sleep(0)
+            await asyncio.Event().wait()  # until cancelled
+        await asyncio.sleep(0)
 
-    monkeypatch.setattr(assignment.asyncio, "sleep", sleep)
+    settings = Settings(bootstrap_servers="127.0.0.1:1", topic_prefix="t.")
+    manager = PartitionManager(
+        settings,
+        lambda: Assembler(registry(), Limits(), verifier=AllowUnsigned()),
+        on_fatal=lambda exc: None,
+        sleep=sleep,
+    )
+    task = FailingTask(0, settings, manager._new_assembler)
+    manager.tasks[0] = task
     job = asyncio.get_running_loop().create_task(manager._prepare(task, delay=0.0))
     await asyncio.wait_for(done.wait(), 10)
     job.cancel()
-    assert FailingTask.attempts == FAILURES + 1
+    assert task.attempts == FAILURES + 1
     assert waits == [0.5, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
