@@ -92,8 +92,12 @@ class FollowedTurn:
         events = getattr(calls, "events", calls)
         for item in events:
             if isinstance(item, CallStarted):
-                called_as = item.tool
-                self.fold.expect(item.key, called_as=called_as, provider=item.provider)
+                self.fold.expect(
+                    item.key,
+                    called_as=item.tool,
+                    called_namespace=item.namespace,
+                    provider=item.provider,
+                )
             elif isinstance(item, CallKey):
                 self.fold.expect(item)
         self.changed.set()

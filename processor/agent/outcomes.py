@@ -117,6 +117,7 @@ class Outcome:
     tool: str | None = None
     namespace: str | None = None
     called_as: str | None = None
+    called_namespace: str | None = None
     provider: str | None = None
     reason: str | None = None
     detail: str = ""
@@ -188,9 +189,15 @@ class TurnOutcomes:
     expected: list[tuple[str, str, str]] = field(default_factory=list)
 
     def expect(
-        self, key: CallKey, *, called_as: str | None = None, provider: str | None = None
+        self,
+        key: CallKey,
+        *,
+        called_as: str | None = None,
+        called_namespace: str | None = None,
+        provider: str | None = None,
     ) -> None:
-        """Wait for ``key`` (which must be of this turn) and remember the name it was called by."""
+        """Wait for ``key`` (which must be of this turn) and remember the name (and namespace)
+        it was called by."""
         if (key.tenant, key.turn_id) != (self.tenant, self.turn_id):
             raise ValueError("a call of another turn")
         ident = _call_tuple(key)
@@ -200,6 +207,7 @@ class TurnOutcomes:
         self.calls[ident] = replace(
             known,
             called_as=called_as or known.called_as,
+            called_namespace=called_namespace or known.called_namespace,
             provider=provider or known.provider,
         )
         if self.binding_refused is not None:
