@@ -35,7 +35,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.adapters.base import TurnContext
 from processor.agent.outcomes import Outcome, TurnOutcomes, decode_outcome_record
-from processor.core.errors import ConfigurationError
+from processor.core.errors import ConfigurationError, ProcessorError
 from processor.core.events import CallKey, CallStarted, turn_key
 from processor.runtime.clients import admin_client, committed_reader, stop_consumer
 from processor.runtime.partitioner import partition_for
@@ -111,6 +111,7 @@ class FollowedTurn:
         still open at the bound. Without expected calls it waits for the calls it has seen."""
         deadline = time.monotonic() + timeout
         decided = until == "decided"
+        self.follower._raise_if_failed()
         while not self.forgotten and not self.fold.all_settled(decided=decided):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -118,6 +119,7 @@ class FollowedTurn:
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), left)
+            self.follower._raise_if_failed()
         return self.report()
 
     def close(self) -> None:
@@ -153,6 +155,7 @@ class OutcomeFollower:
         self._bindings: dict[str, FollowedTurn] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
 
     async def start(self) -> None:
         """Assign every partition of the four topics and take their end offsets."""
@@ -180,13 +183,13 @@ class OutcomeFollower:
             raise
         self._consumer = consumer
         self._task = asyncio.create_task(self._pump(), name="outcome-follower")
+        self._task.add_done_callback(self._pump_ended)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])  # its failure, if any, was reported to the waits
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await stop_consumer(consumer)
@@ -220,6 +223,7 @@ class OutcomeFollower:
         calls ``rejected``. ``calls``: see :meth:`FollowedTurn.expect` (also later)."""
         if self._consumer is None:
             raise ConfigurationError(detail="the OutcomeFollower is not started (async with)")
+        self._raise_if_failed()
         key = turn_key(turn.tenant, turn.turn_id).encode()
         if key in self._turns:
             raise ConfigurationError(detail="this turn is already followed")
@@ -267,6 +271,21 @@ class OutcomeFollower:
         if command_id is not None and self._bindings.get(command_id) is followed:
             del self._bindings[command_id]
         followed.changed.set()
+
+    def _pump_ended(self, task: asyncio.Task[None]) -> None:
+        """The consumer loop ended: unless stopped, every wait learns it at once (a follower
+        that reads nothing must not look like calls that never settle)."""
+        if task.cancelled():
+            return
+        self._failure = task.exception() or ProcessorError("follower_failed", "the reader ended")
+        for followed in self._turns.values():
+            followed.changed.set()
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise ProcessorError(
+                "follower_failed", f"the outcome reader stopped: {type(self._failure).__name__}"
+            ) from self._failure
 
     async def _pump(self) -> None:
         consumer = self._consumer

@@ -140,3 +140,19 @@ async def test_a_call_that_will_never_run_settles_when_the_worker_decides_blocki
     [outcome] = report.outcomes
     assert (outcome.kind, outcome.reason) == (OutcomeKind.REJECTED, "schema_invalid")
     assert took < 30, took
+
+
+async def test_a_reader_that_stops_is_raised_not_waited_out(runtime: Runtime) -> None:
+    """A follower whose consumer died must not look like calls that never settle: the wait
+    raises at once instead of running to its bound with every call open."""
+    async with processor.OutcomeFollower(runtime.settings) as follower:
+        turn = processor.TurnContext(tenant="acme", turn_id="t-dead", actor="user-1")
+        key = CallKey(tenant="acme", turn_id="t-dead", response_id="r", item_id="i", call_id="c")
+        followed = await follower.follow(turn, calls=[key])
+        consumer = follower._consumer
+        assert consumer is not None
+        await consumer.stop()  # the reader's fetches now fail
+        began = time.monotonic()
+        with pytest.raises(processor.ProcessorError, match="follower_failed"):
+            await followed.wait(30)
+        assert time.monotonic() - began < 10
