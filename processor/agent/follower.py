@@ -154,6 +154,9 @@ class OutcomeFollower:
         self._turns: OrderedDict[bytes, FollowedTurn] = OrderedDict()
         self._bindings: dict[str, FollowedTurn] = {}
         self._consumer: AIOKafkaConsumer | None = None
+        # end offsets on a connection of its own: on the reader's, a ListOffsets queues behind
+        # its long-polled fetch (a broker answers one connection in order), ~0.45 s a follow
+        self._offsets: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
 
@@ -172,16 +175,21 @@ class OutcomeFollower:
             raise ConfigurationError(detail=f"topics missing: {', '.join(missing)}")
         self._partitions = counts
         consumer = committed_reader(self.settings, auto_offset_reset="latest")
+        offsets = committed_reader(
+            self.settings, client_id=f"{self.settings.client_id}-outcome-offsets"
+        )
         await consumer.start()
         try:
+            await offsets.start()
             consumer.assign(tps)
             await consumer.seek_to_end(*tps)
             for tp in tps:  # resolved now: nothing written after start is missed
                 await consumer.position(tp)
         except BaseException:
             await stop_consumer(consumer)
+            await stop_consumer(offsets)
             raise
-        self._consumer = consumer
+        self._consumer, self._offsets = consumer, offsets
         self._task = asyncio.create_task(self._pump(), name="outcome-follower")
         self._task.add_done_callback(self._pump_ended)
 
@@ -191,8 +199,10 @@ class OutcomeFollower:
             task.cancel()
             await asyncio.wait([task])  # its failure, if any, was reported to the waits
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            await stop_consumer(consumer)
+        offsets, self._offsets = self._offsets, None
+        for client in (consumer, offsets):
+            if client is not None:
+                await stop_consumer(client)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -221,7 +231,7 @@ class OutcomeFollower:
         """Follow ``turn`` from now on (call it before ``start_turn``). ``command_id``: the
         ``turn.started`` command id, whose refusal on ``audit`` settles the turn's undecided
         calls ``rejected``. ``calls``: see :meth:`FollowedTurn.expect` (also later)."""
-        if self._consumer is None:
+        if self._consumer is None or self._offsets is None:
             raise ConfigurationError(detail="the OutcomeFollower is not started (async with)")
         self._raise_if_failed()
         key = turn_key(turn.tenant, turn.turn_id).encode()
@@ -246,7 +256,7 @@ class OutcomeFollower:
             if role in _TURN_KEYED
         ]
         try:  # 2. then the starting positions: what lies below them is older than the turn
-            followed.starts = dict(await self._consumer.end_offsets(tps))
+            followed.starts = dict(await self._offsets.end_offsets(tps))
         except BaseException:
             self._release(followed)
             raise

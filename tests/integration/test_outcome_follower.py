@@ -156,3 +156,19 @@ async def test_a_reader_that_stops_is_raised_not_waited_out(runtime: Runtime) ->
         with pytest.raises(processor.ProcessorError, match="follower_failed"):
             await followed.wait(30)
         assert time.monotonic() - began < 10
+
+
+async def test_following_a_turn_costs_a_round_trip_not_a_long_poll(runtime: Runtime) -> None:
+    """``follow`` asks for the turn's start offsets on a connection of its own: on the reader's,
+    the request queued behind the reader's long-polled fetch (about 0.45 s a turn)."""
+    async with processor.OutcomeFollower(runtime.settings) as follower:
+        await asyncio.sleep(1)  # the reader is now long-polling an idle log
+        took = []
+        for n in range(7):
+            turn = processor.TurnContext(tenant="acme", turn_id=f"t-{n}", actor="user-1")
+            began = time.monotonic()
+            followed = await follower.follow(turn)
+            took.append(time.monotonic() - began)
+            followed.close()
+            await asyncio.sleep(0.2)
+    assert sorted(took)[len(took) // 2] < 0.15, took
