@@ -117,7 +117,7 @@ async def test_a_call_that_will_never_run_settles_when_the_worker_decides_blocki
     decision, long before the bound."""
     worker = runtime.start_worker()
     await worker.wait_ready()
-    events = call_events("acme", "t-sync", "c-bad", "{\"nope\": 1}")  # schema_invalid
+    events = call_events("acme", "t-sync", "c-bad", '{"nope": 1}')  # schema_invalid
     turn = processor.TurnContext(tenant="acme", turn_id="t-sync", actor="user-1")
 
     def follow_and_wait(started: asyncio.Event, loop: asyncio.AbstractEventLoop) -> Any:
@@ -172,3 +172,23 @@ async def test_following_a_turn_costs_a_round_trip_not_a_long_poll(runtime: Runt
             followed.close()
             await asyncio.sleep(0.2)
     assert sorted(took)[len(took) // 2] < 0.15, took
+
+
+async def test_memory_is_bounded_by_the_turns_followed(runtime: Runtime) -> None:
+    """Following one turn more than ``max_turns`` forgets the oldest: its wait returns at once,
+    ``forgotten``, its call still open (never reported settled); released turns are dropped."""
+    async with processor.OutcomeFollower(runtime.settings, max_turns=2) as follower:
+        handles = []
+        for n in range(3):
+            turn = processor.TurnContext(tenant="acme", turn_id=f"t-{n}", actor="user-1")
+            key = CallKey(tenant="acme", turn_id=turn.turn_id, response_id="r", item_id="i",
+                          call_id="c")  # fmt: skip
+            handles.append(await follower.follow(turn, calls=[key]))
+        assert follower.following == 2
+        began = time.monotonic()
+        report = await handles[0].wait(30)
+        assert time.monotonic() - began < 5
+        assert report.forgotten and [o.kind for o in report.open] == [OutcomeKind.OPEN]
+        for followed in handles[1:]:
+            followed.close()
+        assert follower.following == 0
