@@ -29,10 +29,13 @@ kind           from
 =============  =================================================================================
 
 A call that will never run settles when the worker decides (its ``ledger`` record), not at a
-timeout. Records of another tenant or turn are never taken (the fold is keyed by both). With
-``executor_group`` set, only that group's results count; without it, the first result read
-settles the call (several executor groups may each run a dispatch; name the one whose outcome
-the model should hear).
+timeout. What this reader does not positively understand settles nothing as "not run": a
+``ledger`` state it does not know leaves the call open, a ``results`` outcome it does not know
+is ``unknown`` (it may have acted), a record that does not validate is dropped. Records of
+another tenant or turn are never taken (the fold is keyed by both). With ``executor_group``
+set, only that group's results count; without it, the first result read settles the call
+(several executor groups may each run a dispatch; name the one whose outcome the model should
+hear).
 """
 
 from __future__ import annotations
@@ -255,7 +258,8 @@ class TurnOutcomes:
             return None
         return replace(
             current,
-            kind=_RESULT_KIND[result.outcome],
+            # an outcome this reader does not know may have acted: never told as not run
+            kind=_RESULT_KIND.get(result.outcome, OutcomeKind.UNKNOWN),
             stage="dispatched",
             tool=result.tool,
             namespace=result.namespace,
@@ -268,7 +272,7 @@ class TurnOutcomes:
             executor_group=result.executor_group,
         )
 
-    def _from_ledger(self, current: Outcome, ledger: Ledger) -> Outcome:
+    def _from_ledger(self, current: Outcome, ledger: Ledger) -> Outcome | None:
         named = replace(
             current,
             tool=ledger.tool or current.tool,
@@ -280,9 +284,11 @@ class TurnOutcomes:
             return replace(named, stage="dispatched", dispatch_id=ledger.dispatch_id)
         if ledger.state == "cancelled":
             kind = OutcomeKind.VOIDED if reason in _VOIDING else OutcomeKind.CANCELLED
+        elif ledger.state != "failed":  # a state this reader does not know settles nothing
+            return None
         elif reason in _CANCELLING_FAILURES:
             kind = OutcomeKind.CANCELLED
-        else:  # failed, or a state this reader does not know: it did not run
+        else:
             kind = OutcomeKind.REJECTED
         return replace(named, kind=kind, reason=reason or ledger.state)
 

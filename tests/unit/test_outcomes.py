@@ -166,3 +166,14 @@ def test_records_are_decoded_strictly_and_anything_else_is_none() -> None:
     assert decode_outcome_record("results", b"{not json") is None
     assert decode_outcome_record("results", None) is None
     assert decode_outcome_record("dispatch", encode(ledger())) is None
+
+
+def test_what_the_reader_does_not_know_is_never_told_as_not_run() -> None:
+    """A ledger state this version does not know leaves the call open; a results outcome it
+    does not know is ``unknown`` (it may have acted)."""
+    turn = fold()
+    assert not turn.apply(ledger(state="parked", reason="something_new"))
+    assert turn.outcomes()[0].kind is OutcomeKind.OPEN
+    odd = result().model_copy(update={"outcome": "interrupted"})  # a newer executor's outcome
+    assert turn.apply(odd)
+    assert turn.outcomes()[0].kind is OutcomeKind.UNKNOWN
