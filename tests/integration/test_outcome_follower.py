@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 import processor
 from processor.agent.outcomes import OutcomeKind
 from processor.core.events import CallKey, CallStarted, encode, turn_key
-from processor.executor.handlers import Call, Handlers
+from processor.executor.handlers import Call, ExecutionFailed, Handlers, OutcomeUnknown
 from processor.executor.records import ExecutionOutcome, ExecutionResult
 from tests.integration.conftest import Runtime, call_events, turn_started
 from tests.integration.test_executor_fence import Executor, group_of
@@ -192,3 +192,46 @@ async def test_memory_is_bounded_by_the_turns_followed(runtime: Runtime) -> None
         for followed in handles[1:]:
             followed.close()
         assert follower.following == 0
+
+
+async def test_a_failure_and_an_unknown_outcome_are_told_to_the_model_truthfully(
+    runtime: Runtime,
+) -> None:
+    """A handler's failure comes back with its code and no argument value; a call whose outcome
+    nobody can tell comes back ``unknown`` and the model is told it may have acted."""
+
+    async def get_weather(call: Call) -> dict[str, Any]:
+        if call.arguments["location"] == "Lost":
+            raise OutcomeUnknown("connection_lost_mid_call", detail="Lost")
+        raise ExecutionFailed("station_offline", retry_possible=True, detail="Oslo")
+
+    handlers = Handlers()
+    handlers.register("get_weather", get_weather, requires_confirmation=False)
+    worker = runtime.start_worker()
+    await worker.wait_ready()
+    executor = Executor(runtime.settings, handlers, group=group_of(runtime))
+    await executor.start()
+    events = call_events("acme", "t-f", "c-fail", '{"location": "Oslo"}', end_response=False)
+    events += call_events("acme", "t-f", "c-lost", '{"location": "Lost"}')
+    try:
+        async with processor.OutcomeFollower(runtime.settings) as follower:
+            turn = processor.TurnContext(tenant="acme", turn_id="t-f", actor="user-1")
+            followed = await follower.follow(turn, calls=_starts(events))
+            await runtime.control(turn_started("acme", "t-f"))
+            await runtime.publish(events)
+            report = await followed.wait(60)
+    finally:
+        await executor.stop()
+    failed, lost = report.outcomes
+    assert (failed.kind, failed.reason, failed.retry_possible) == (
+        OutcomeKind.FAILED,
+        "station_offline",
+        True,
+    )
+    assert (lost.kind, lost.reason) == (OutcomeKind.UNKNOWN, "connection_lost_mid_call")
+    [message] = processor.tool_results(report.outcomes, "anthropic")
+    told = {block["tool_use_id"]: block for block in message["content"]}
+    assert told["c-fail"]["is_error"] and told["c-lost"]["is_error"]
+    assert "asking again may work" in told["c-fail"]["content"]
+    assert "may have acted" in told["c-lost"]["content"]
+    assert "Oslo" not in repr(message) and "Lost" not in repr(message)
