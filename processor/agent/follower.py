@@ -36,7 +36,14 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from processor.adapters.base import TurnContext
 from processor.agent.outcomes import Outcome, TurnOutcomes, decode_outcome_record
 from processor.core.errors import ConfigurationError, ProcessorError
-from processor.core.events import CallKey, CallStarted, turn_key
+from processor.core.events import (
+    CallDelta,
+    CallEnded,
+    CallKey,
+    CallStarted,
+    ResponseEnded,
+    turn_key,
+)
 from processor.runtime.clients import admin_client, committed_reader, stop_consumer
 from processor.runtime.partitioner import partition_for
 from processor.settings import Settings
@@ -100,6 +107,8 @@ class FollowedTurn:
                 )
             elif isinstance(item, CallKey):
                 self.fold.expect(item)
+            elif not isinstance(item, CallDelta | CallEnded | ResponseEnded):  # a tee's others
+                raise TypeError(f"expect() takes call.started events or CallKeys, not {item!r}")
         self.changed.set()
 
     def report(self) -> TurnReport:

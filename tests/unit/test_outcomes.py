@@ -7,9 +7,20 @@ from typing import Any
 
 import pytest
 
+from processor.agent.follower import FollowedTurn, OutcomeFollower
 from processor.agent.outcomes import OutcomeKind, TurnOutcomes, decode_outcome_record
-from processor.core.events import Audit, CallKey, Ledger, Status, encode
+from processor.core.events import (
+    Audit,
+    CallDelta,
+    CallEnded,
+    CallKey,
+    CallStarted,
+    Ledger,
+    Status,
+    encode,
+)
 from processor.executor.records import ExecutionOutcome, ExecutionResult
+from processor.settings import Settings
 
 KEY = CallKey(tenant="acme", turn_id="t-1", response_id="r-1", item_id="0", call_id="c-1")
 
@@ -177,3 +188,24 @@ def test_what_the_reader_does_not_know_is_never_told_as_not_run() -> None:
     odd = result().model_copy(update={"outcome": "interrupted"})  # a newer executor's outcome
     assert turn.apply(odd)
     assert turn.outcomes()[0].kind is OutcomeKind.UNKNOWN
+
+
+def test_expect_takes_a_tees_call_started_events_or_keys_and_refuses_bare_call_ids() -> None:
+    """A bare call id is not a call's identity (never key by call id alone): refused, rather
+    than ignored and waited out at the bound."""
+    followed = FollowedTurn(TurnOutcomes("acme", "t-1"), OutcomeFollower(Settings()))
+    base = {**KEY.model_dump(), "provider": "anthropic", "ts": 1.0}
+    events = [
+        CallStarted(**base, event_id="e-0", tool="get_weather", actor="user-1"),
+        CallDelta(**base, event_id="e-1", seq=1, delta="{}"),
+        CallEnded(**base, event_id="e-2", seq=2, terminal_event_id="t-2"),
+    ]
+    followed.expect(events)  # the deltas and ends a tee also publishes are skipped
+    [outcome] = followed.report().outcomes
+    assert (outcome.key.call_id, outcome.called_as, outcome.kind) == (
+        "c-1",
+        "get_weather",
+        OutcomeKind.OPEN,
+    )
+    with pytest.raises(TypeError, match="CallKeys"):
+        followed.expect(["c-1"])
