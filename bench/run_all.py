@@ -8,7 +8,7 @@ issue 11, whether it is met, with the reason when it is not.
     .venv/bin/python bench/run_all.py --only core     # run some sections (keys: core, worker,
                                                       # takeover, gc, state, executor, mcp,
                                                       # cli, gating, assembler, jsonscan,
-                                                      # schema, attack); the others keep
+                                                      # schema, attack, agent); the others keep
                                                       # their last figures
                                                       # (bench/results/<key>.section.json)
     .venv/bin/python bench/run_all.py --smoke --doc /tmp/b.md --results /tmp/r
@@ -264,6 +264,22 @@ SECTIONS = [
         None,
         render=_table_only,
         intro="See docs/reliability.md for what each scenario does.",
+    ),
+    Section(
+        "agent",
+        "Agent loop: the terminal fragments sent → the outcome in the agent's hands",
+        "bench_agent_loop.py",
+        ["--calls", "200"],
+        ["--calls", "3"],
+        "agent_loop.json",
+        "--out",
+        lambda stdout, result: str(_module("bench_agent_loop").markdown(result)),
+        "Issue 40: what closing the loop over Kafka costs an agent per call. A worker "
+        "subprocess, an in-process executor with a no-op handler and one `OutcomeFollower` on "
+        "the real broker, one turn per call; the clock starts when the agent sends the call's "
+        "terminal fragments and stops when `followed.wait` returns its outcome (`ran`). The "
+        "floor is the same call run in-process by the agent: the same fragments through an "
+        "in-process `Assembler` and the handler awaited on its dispatch.",
     ),
 ]
 

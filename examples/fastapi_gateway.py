@@ -21,8 +21,8 @@ to choose it, one who named another user's turn id first would bind that turn to
 the other user's calls would fail ``permission_denied`` behind an HTTP 200.
 
 After the model's stream, the gateway tells the caller what became of the turn, from the
-worker's own records (``status`` and ``audit``, followed by :class:`TurnWatch`): one line per
-tool call (``[get_weather: dispatched]``, ``[get_weather: failed: …]``), and
+worker's own records (followed by the library's :class:`processor.OutcomeFollower`): one line per
+tool call (``[get_weather: dispatched]``, ``[get_weather: rejected: schema_invalid]``), and
 ``[turn refused: <reason>; …]`` if the worker refused the binding (``actor_rebind``,
 ``turn_limit``): then none of the turn's calls will run, and the caller is told so instead of
 seeing a silent success.
@@ -35,21 +35,15 @@ response's open calls end inert, so nothing the user abandoned is ever dispatche
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import json
 import os
 import secrets
-import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -137,124 +131,22 @@ def new_turn_id() -> str:
 # ------------------------------------------------------------------------ the worker's verdicts
 
 
-@dataclass
-class TurnNotes:
-    """What the worker said about one turn: call statuses by call id, a refused binding."""
-
-    command_id: str
-    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
-    refused: str | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-_SETTLED = frozenset({"dispatched", "awaiting_confirmation", "cancelled", "failed"})
-
-
-class TurnWatch:
-    """Follows the worker's ``status`` and ``audit`` topics (committed records, from the end at
-    start) for the turns this gateway minted; remembers at most ``max_turns`` of them."""
-
-    def __init__(self, settings: processor.Settings, max_turns: int = 10_000) -> None:
-        self.settings = settings
-        self.max_turns = max_turns
-        self.turns: OrderedDict[tuple[str, str], TurnNotes] = OrderedDict()
-        self.commands: dict[str, TurnNotes] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._consumer = AIOKafkaConsumer(
-            **settings.kafka_client_kwargs(),
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-        )
-
-    async def start(self) -> None:
-        topics = [self.settings.topics.output(role) for role in ("status", "audit")]
-        admin = AIOKafkaAdminClient(**self.settings.kafka_client_kwargs())
-        await admin.start()
-        try:
-            described = await admin.describe_topics(topics)
-        finally:
-            await admin.close()
-        tps = [
-            TopicPartition(info["topic"], part["partition"])
-            for info in described
-            for part in info["partitions"]
-        ]
-        if {tp.topic for tp in tps} != set(topics):
-            raise RuntimeError(f"the topics {topics} must exist")
-        await self._consumer.start()
-        self._consumer.assign(tps)
-        await self._consumer.seek_to_end(*tps)
-        for tp in tps:  # resolve the positions now: nothing written after start is missed
-            await self._consumer.position(tp)
-        self._task = asyncio.create_task(self._follow())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._consumer.stop()
-
-    def watch(self, tenant: str, turn_id: str, command_id: str) -> TurnNotes:
-        notes = self.turns[(tenant, turn_id)] = self.commands[command_id] = TurnNotes(command_id)
-        while len(self.turns) > self.max_turns:
-            _, old = self.turns.popitem(last=False)
-            self.commands.pop(old.command_id, None)
-        return notes
-
-    async def _follow(self) -> None:
-        while True:
-            batch = await self._consumer.getmany(timeout_ms=200)
-            for records in batch.values():
-                for record in records:
-                    with contextlib.suppress(orjson.JSONDecodeError, TypeError, KeyError):
-                        self._note(orjson.loads(record.value))
-
-    def _note(self, value: dict[str, Any]) -> None:
-        if value.get("type") == "status":
-            notes = self.turns.get((value["tenant"], value["turn_id"]))
-            if notes is not None:
-                notes.statuses[value["call_id"]] = value
-                notes.changed.set()
-        elif value.get("type") == "audit" and value.get("command_type") == "turn.started":
-            notes = self.commands.get(value["command_id"])
-            if notes is not None and value.get("outcome") == "rejected":
-                notes.refused = value.get("rejection") or "rejected"
-                notes.changed.set()
-
-    async def settle(self, notes: TurnNotes, calls: Iterable[str], timeout: float) -> None:
-        """Wait until every call has a settled status, the binding was refused, or timeout."""
-        calls = list(calls)
-        deadline = time.monotonic() + timeout
-        while notes.refused is None and not all(
-            notes.statuses.get(c, {}).get("state") in _SETTLED for c in calls
-        ):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            notes.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(notes.changed.wait(), left)
-
-
-def verdict_lines(notes: TurnNotes, calls: dict[str, str]) -> list[str]:
-    """What the caller is told after the text (``calls``: call id → tool name): a refused
-    binding, then each call's state."""
+def verdict_lines(report: processor.TurnReport) -> list[str]:
+    """What the caller is told after the text: a refused binding, then each call's state as
+    the worker decided it (``dispatched``, or why it will not run)."""
     lines = []
-    if notes.refused is not None:
-        lines.append(f"[turn refused: {notes.refused}; none of its tool calls will run]")
-    for call, tool in calls.items():
-        status = notes.statuses.get(call)
-        # a refused binding settles the turn: a call still "preparing" when the refusal was read
-        # will not run either (its own failure may follow), so it is not shown as in progress
-        if status is None or (notes.refused is not None and status["state"] not in _SETTLED):
-            lines.append(f"[{tool}: {'will not run' if notes.refused else 'no verdict yet'}]")
-            continue
-        text = f"[{tool}: {status['state']}"
-        if status["state"] in ("failed", "cancelled") and status.get("message"):
-            text += f": {status['message']}"
-        lines.append(text + "]")
+    if report.binding_refused is not None:
+        lines.append(f"[turn refused: {report.binding_refused}; none of its tool calls will run]")
+    for outcome in report.outcomes:
+        if outcome.reason == "turn_binding_refused":
+            lines.append(f"[{outcome.name}: will not run]")
+        elif outcome.settled:
+            text = f"[{outcome.name}: {outcome.kind.value}"
+            lines.append(text + (f": {outcome.reason}]" if outcome.reason else "]"))
+        elif outcome.stage == "dispatched":
+            lines.append(f"[{outcome.name}: dispatched]")
+        else:
+            lines.append(f"[{outcome.name}: no verdict yet]")
     return lines
 
 
@@ -276,21 +168,19 @@ def create_app(
     mint_turn_id: Callable[[], str] = new_turn_id,
     verdict_wait: float = 10.0,
 ) -> FastAPI:
-    """The gateway: one :class:`processor.Publisher` and one :class:`TurnWatch` for the
-    process's lifetime. ``verdict_wait`` bounds how long a response waits, after the model's
+    """The gateway: one :class:`processor.Publisher` and one :class:`processor.OutcomeFollower`
+    for the process's lifetime. ``verdict_wait`` bounds how long a response waits, after the model's
     stream, for the worker's verdict on the turn's calls."""
     state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        watch = TurnWatch(settings)
-        await watch.start()
-        try:
-            async with processor.Publisher(settings) as publisher:
-                state["publisher"], state["watch"] = publisher, watch
-                yield
-        finally:
-            await watch.stop()
+        async with (
+            processor.OutcomeFollower(settings) as follower,
+            processor.Publisher(settings) as publisher,
+        ):
+            state["publisher"], state["follower"] = publisher, follower
+            yield
 
     app = FastAPI(title="toolcall gateway example", lifespan=lifespan)
 
@@ -300,12 +190,13 @@ def create_app(
         if principal is None:
             raise HTTPException(401, "authentication required")
         publisher: processor.Publisher = state["publisher"]
-        watch: TurnWatch = state["watch"]
+        follower: processor.OutcomeFollower = state["follower"]
         turn = processor.TurnContext(
             tenant=principal.tenant, turn_id=mint_turn_id(), actor=principal.actor
         )
         command_id = f"{turn.turn_id}.started"
-        notes = watch.watch(turn.tenant, turn.turn_id, command_id)
+        # followed before the turn starts: nothing the worker says about it is missed
+        followed = await follower.follow(turn, command_id=command_id)
         await publisher.start_turn(turn, command_id=command_id)
         stream = await call_model(body.message)
         side = processor.TeeState(turn, keep_events=True)
@@ -316,9 +207,10 @@ def create_app(
                 async for event in events:
                     if piece := text_of(event):
                         yield piece
-            calls = {e.call_id: e.tool for e in side.events if isinstance(e, processor.CallStarted)}
-            await watch.settle(notes, calls, verdict_wait)
-            for line in verdict_lines(notes, calls):
+            async with followed:
+                followed.expect(side)
+                report = await followed.wait(verdict_wait, until="decided")
+            for line in verdict_lines(report):
                 yield "\n" + line
 
         return StreamingResponse(

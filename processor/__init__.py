@@ -20,6 +20,9 @@ jsonschema or any provider SDK::
 * gateways: :class:`Publisher`, :class:`BlockingPublisher`, :func:`publish_events`,
   :func:`tee_stream`, :func:`tee_stream_sync`, :class:`TeeState`, :func:`tee_response`,
   :func:`tee_response_sync`;
+* agents: :class:`OutcomeFollower` / :class:`BlockingOutcomeFollower` follow a turn's calls to
+  their :class:`Outcome` (:class:`FollowedTurn`, :class:`TurnReport`, :class:`OutcomeKind`), and
+  :func:`tool_results` / :func:`outcome_text` tell them back to the model in its provider's shape;
 * executors: :class:`ExecutorClient`, :class:`Handlers`, :class:`Call`, :class:`ExecutionFailed`;
 * :class:`Settings`, and the error tree rooted at :class:`ProcessorError`.
 """
@@ -37,6 +40,14 @@ if TYPE_CHECKING:
     from processor.adapters.offer import tool_definitions
     from processor.adapters.openai_chat import OpenAIChatAdapter
     from processor.adapters.openai_responses import OpenAIResponsesAdapter
+    from processor.agent.follower import (
+        BlockingOutcomeFollower,
+        FollowedTurn,
+        OutcomeFollower,
+        TurnReport,
+    )
+    from processor.agent.messages import outcome_text, tool_results
+    from processor.agent.outcomes import Outcome, OutcomeKind
     from processor.cli.toolsfile import load_registry
     from processor.core.assembler import Assembler
     from processor.core.errors import (
@@ -141,6 +152,15 @@ _EXPORTS: Final[dict[str, str]] = {
     "TeeState": "processor.integrations.tee",
     "tee_response": "processor.integrations.httpx",
     "tee_response_sync": "processor.integrations.httpx",
+    # agents: closing the loop
+    "OutcomeFollower": "processor.agent.follower",
+    "BlockingOutcomeFollower": "processor.agent.follower",
+    "FollowedTurn": "processor.agent.follower",
+    "TurnReport": "processor.agent.follower",
+    "Outcome": "processor.agent.outcomes",
+    "OutcomeKind": "processor.agent.outcomes",
+    "tool_results": "processor.agent.messages",
+    "outcome_text": "processor.agent.messages",
     # executors
     "ExecutorClient": "processor.executor.client",
     "Handlers": "processor.executor.handlers",
@@ -158,6 +178,7 @@ __all__ = [
     "Assembler",
     "AssemblyError",
     "BedrockConverseAdapter",
+    "BlockingOutcomeFollower",
     "BlockingPublisher",
     "BusinessInvalid",
     "Call",
@@ -170,6 +191,7 @@ __all__ = [
     "DuplicateConflict",
     "ExecutionFailed",
     "ExecutorClient",
+    "FollowedTurn",
     "FragmentEvent",
     "GeminiAdapter",
     "Handlers",
@@ -180,6 +202,9 @@ __all__ = [
     "OfferError",
     "OpenAIChatAdapter",
     "OpenAIResponsesAdapter",
+    "Outcome",
+    "OutcomeFollower",
+    "OutcomeKind",
     "ProcessorError",
     "Proposal",
     "ProtocolViolation",
@@ -197,17 +222,20 @@ __all__ = [
     "TeeState",
     "TurnCancelled",
     "TurnContext",
+    "TurnReport",
     "TurnStarted",
     "UnknownTool",
     "__version__",
     "encode",
     "load_registry",
+    "outcome_text",
     "publish_events",
     "tee_response",
     "tee_response_sync",
     "tee_stream",
     "tee_stream_sync",
     "tool_definitions",
+    "tool_results",
 ]
 
 

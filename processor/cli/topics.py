@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         metavar="ROLE=PRINCIPAL",
         help="also print (or with --apply-acls create) the ACLs of the README table for this "
-        "principal; ROLE is adapter, worker, executor, operator or auditor; repeatable",
+        "principal; ROLE is adapter, worker, executor, operator, auditor or follower (an agent "
+        "following its turns' outcomes); repeatable",
     )
     create.add_argument(
         "--executor-group", default="toolcall-executors", help="the executors' consumer group"

@@ -18,7 +18,14 @@ executor           READ dispatch, control; READ + WRITE executions, results, sta
                    CLUSTER_ACTION on the cluster
 operator           WRITE control
 auditor            READ audit
+follower (agent)   READ status, ledger, results, audit (:class:`processor.OutcomeFollower`: no
+                   group, manual assignment; ``results`` holds tool outputs)
 =================  ==============================================================================
+
+Kafka ACLs stop at the topic: a principal that may READ ``results`` reads every tenant's tool
+outputs on it. The follower hands a turn only the records keyed by that turn's own tenant and
+turn id; a deployment whose gateways must not even receive another tenant's outputs gives each
+tenant its own topic prefix (and principals).
 
 WRITE and READ imply DESCRIBE on a topic (metadata), and WRITE on a topic implies the idempotent
 producer's IDEMPOTENT_WRITE (KIP-679), so neither is listed.
@@ -55,6 +62,7 @@ class Role(StrEnum):
     EXECUTOR = "executor"
     OPERATOR = "operator"
     AUDITOR = "auditor"
+    FOLLOWER = "follower"
 
 
 class ResourceType(IntEnum):
@@ -116,6 +124,9 @@ ROLE_GRANTS: Final[Mapping[Role, tuple[_Grant, ...]]] = {
     ),
     Role.OPERATOR: ((_T, _LIT, "control", (_W,)),),
     Role.AUDITOR: ((_T, _LIT, "audit", (_R,)),),
+    Role.FOLLOWER: tuple(
+        (_T, _LIT, out, (_R,)) for out in ("status", "ledger", "results", "audit")
+    ),
 }
 
 

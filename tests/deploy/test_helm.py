@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from processor.cli.toolsfile import load_registry
+from processor.runtime.acls import Role, acl_bindings, parse_principals
 from processor.settings import Settings
 from tests.deploy.conftest import CHART, cli_accepts
 
@@ -340,6 +341,8 @@ def test_replicas_never_exceed_partitions(rendered: tuple[str, list[dict[str, An
             "executor.mcp.serverCommand or executor.mcp.serverUrl is required",
         ),
         (["--set", "executor.mode=lambda"], "value must be one of 'run', 'mcp'"),
+        (["--set", "topics.init.acls.principals.gateway=User:g"], "gateway"),
+        (["--set", "topics.init.acls.principals.follower=gateway"], "follower"),
     ],
 )
 def test_bad_values_are_refused(helm: str, overrides: list[str], message: str) -> None:
@@ -406,3 +409,22 @@ def test_an_unsigned_test_cluster_passes_the_development_flag_to_every_component
             [c] = doc["spec"]["template"]["spec"]["containers"]
             assert (flags[c["name"]] in c["args"]) is expected, (c["name"], c["args"])
             assert cli_accepts(c["args"]) is None, c["args"]
+
+
+def test_the_topics_job_grants_the_acl_table_with_the_outcome_follower(helm: str) -> None:
+    """Issue 40, item 4: the ACLs of docs/operations.md, the follower's READ on status, ledger,
+    results and audit included, from ``topics.init.acls``, named for this release's groups."""
+    [job] = [d for d in render(helm, "-f", str(FULL)) if d["kind"] == "Job"]
+    args = containers(job)[0]["args"]
+    assert cli_accepts(args) is None
+    pairs = [args[i + 1] for i, arg in enumerate(args) if arg == "--acls-for"]
+    principals = parse_principals(pairs)
+    assert principals[Role.FOLLOWER] == "User:chat-gateway"
+    assert "--apply-acls" in args
+    settings = Settings(topic_prefix="prod.toolcalls.")
+    follower = acl_bindings(settings, {Role.FOLLOWER: "User:chat-gateway"}, executor_group="x")
+    assert {(b.name, b.operation.name) for b in follower} == {
+        (f"prod.toolcalls.{t}", "READ") for t in ("status", "ledger", "results", "audit")
+    }
+    defaults = [d for d in render(helm) if d["kind"] == "Job"]
+    assert all("--acls-for" not in containers(d)[0]["args"] for d in defaults)

@@ -60,3 +60,20 @@ def test_executor_barrier_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> N
     assert set(result["rows"]) == {"own connections", "reader's connection (before)"}
     for row in result["rows"].values():
         assert math.isfinite(row["median_ms"]) and row["median_ms"] > 0
+
+
+def test_agent_loop_bench_smoke(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """bench/bench_agent_loop.py (issue 40): every call's outcome comes back ``ran``."""
+    result, stdout = run_bench(
+        "bench_agent_loop.py",
+        "--calls",
+        "2",
+        "--out",
+        bootstrap=kafka_bootstrap,
+        out=tmp_path / "agent_loop.json",
+        timeout=180,
+    )
+    assert result["calls"] == 2
+    for row in [*result["rows"].values(), result["follow"]]:
+        assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
+    assert "| through Kafka (worker, executor, follower) |" in stdout

@@ -29,6 +29,11 @@ def test_each_role_gets_exactly_the_readme_table() -> None:
     }
     assert grants(Role.OPERATOR) == {("TOPIC", "LITERAL", "p.control", "WRITE")}
     assert grants(Role.AUDITOR) == {("TOPIC", "LITERAL", "p.audit", "READ")}
+    # an agent following its turns' outcomes (issue 40): READ only, no group, nothing written
+    assert grants(Role.FOLLOWER) == {
+        ("TOPIC", "LITERAL", f"p.{topic}", "READ")
+        for topic in ("status", "ledger", "results", "audit")
+    }
     worker = grants(Role.WORKER)
     reads = {n for t, _, n, op in worker if t == "TOPIC" and op == "READ"}
     writes = {n for t, _, n, op in worker if t == "TOPIC" and op == "WRITE"}
@@ -54,9 +59,9 @@ def test_each_role_gets_exactly_the_readme_table() -> None:
 
 def test_the_operations_doc_still_lists_these_roles() -> None:
     table = OPERATIONS.read_text().split("## ACLs each principal needs", 1)[1].split("\n## ", 1)[0]
-    assert {"adapter / gateway", "assembler worker", "executor", "operator", "auditor"} <= set(
-        re.findall(r"^\| ([a-z /()`]+?) (?:\(`processor ctl`\) )?\|", table, re.M)
-    )
+    roles = {"adapter / gateway", "assembler worker", "executor", "operator", "auditor"}
+    roles.add("outcome follower (agent / gateway)")
+    assert roles <= set(re.findall(r"^\| ([a-z /()`]+?) (?:\(`processor ctl`\) )?\|", table, re.M))
 
 
 def test_commands_are_kafka_acls_lines() -> None:

@@ -19,6 +19,9 @@ PUBLIC = {
     # gateways
     "Publisher", "BlockingPublisher", "publish_events", "tee_stream", "tee_stream_sync",
     "TeeState", "tee_response", "tee_response_sync",
+    # agents: closing the loop
+    "OutcomeFollower", "BlockingOutcomeFollower", "FollowedTurn", "TurnReport", "Outcome",
+    "OutcomeKind", "tool_results", "outcome_text",
     # executors
     "ExecutorClient", "Handlers", "Call", "ExecutionFailed",
     # settings, errors, version
