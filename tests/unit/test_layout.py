@@ -89,7 +89,9 @@ def test_the_layers_contract_covers_every_package() -> None:
     """Issue 41: the layering is a contract, not a size rule. Every package and top-level
     module of ``processor`` stands in one layer of the ``layers`` contract (so a new one cannot
     sit outside it), and nothing but the ``python -m`` launchers is exempt."""
-    [layers] = [c for c in _contracts() if c["type"] == "layers"]
+    [layers] = [
+        c for c in _contracts() if c["type"] == "layers" and "processor.cli" in c["layers"]
+    ]
     placed = {m.strip() for layer in layers["layers"] for m in re.split(r"[|:]", layer)}
     present = {
         f"processor.{path.stem if path.is_file() else path.name}"
