@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
@@ -44,6 +43,7 @@ from processor.core.events import (
     ResponseEnded,
     turn_key,
 )
+from processor.runtime.background import BackgroundLoop
 from processor.runtime.clients import admin_client, committed_reader, stop_consumer
 from processor.runtime.partitioner import partition_for
 from processor.settings import Settings
@@ -348,39 +348,16 @@ class BlockingOutcomeFollower:
     owns an event loop in a daemon thread; each call blocks."""
 
     def __init__(self, settings: Settings, **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="processor-outcomes", daemon=True
+        self._background = BackgroundLoop(
+            "processor-outcomes", lambda: OutcomeFollower(settings, **options)
         )
-        self._settings = settings
-        self._options = options
-        self._follower: OutcomeFollower | None = None
-
-    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        self._run = self._background.run
 
     def start(self) -> None:
-        self._thread.start()
-
-        async def make() -> OutcomeFollower:
-            follower = OutcomeFollower(self._settings, **self._options)
-            await follower.start()
-            return follower
-
-        try:
-            self._follower = self._run(make())
-        except BaseException:
-            self.stop()
-            raise
+        self._background.start()
 
     def stop(self) -> None:
-        follower, self._follower = self._follower, None
-        if follower is not None:
-            self._run(follower.stop())
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-        self._loop.close()
+        self._background.stop()
 
     def __enter__(self) -> Self:
         self.start()
@@ -396,9 +373,10 @@ class BlockingOutcomeFollower:
 
     @property
     def follower(self) -> OutcomeFollower:
-        if self._follower is None:
+        follower = self._background.client
+        if follower is None:
             raise ConfigurationError(detail="BlockingOutcomeFollower is not started (use `with`)")
-        return self._follower
+        return follower
 
     def follow(self, turn: TurnContext, **options: Any) -> FollowedTurn:
         """:meth:`OutcomeFollower.follow`, blocking."""

@@ -30,10 +30,8 @@ header when OpenTelemetry records spans; else the given ``traceparent`` is sent 
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -47,6 +45,7 @@ from processor.core.events import (
     turn_key,
 )
 from processor.observability import metrics, tracing
+from processor.runtime.background import BackgroundLoop
 from processor.runtime.codec import TRACEPARENT, valid_traceparent
 from processor.runtime.idempotent import IdempotentProducer, Outgoing
 from processor.settings import Settings
@@ -147,37 +146,14 @@ class BlockingPublisher:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="processor-publisher", daemon=True
-        )
-        self._publisher: Publisher | None = None
-
-    def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        self._background = BackgroundLoop("processor-publisher", lambda: Publisher(settings))
+        self._run = self._background.run
 
     def start(self) -> None:
-        self._thread.start()
-
-        async def make() -> Publisher:
-            publisher = Publisher(self.settings)
-            await publisher.start()
-            return publisher
-
-        try:
-            self._publisher = self._run(make())
-        except BaseException:
-            self.stop()
-            raise
+        self._background.start()
 
     def stop(self) -> None:
-        publisher, self._publisher = self._publisher, None
-        if publisher is not None:
-            self._run(publisher.stop())
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-        self._loop.close()
+        self._background.stop()
 
     def __enter__(self) -> Self:
         self.start()
@@ -193,9 +169,10 @@ class BlockingPublisher:
 
     @property
     def publisher(self) -> Publisher:
-        if self._publisher is None:
+        publisher = self._background.client
+        if publisher is None:
             raise RuntimeError("BlockingPublisher is not started (use it as `with`)")
-        return self._publisher
+        return publisher
 
     def publish(self, events: Iterable[FragmentEvent], traceparent: str | None = None) -> int:
         """:meth:`Publisher.publish`, blocking. The caller's current span is the parent."""
