@@ -72,7 +72,8 @@ def child(mode: str, open_calls: int, retained: int, calls: int) -> dict[str, An
     registry = Registry.from_document(yaml.safe_load(TOOLS_YAML))
     settings = Settings()
     task = PartitionTask(0, settings, lambda: Assembler(registry))
-    task.input_partitions = 1  # every turn routes to partition 0: the routing check still runs
+    # every turn routes to partition 0: the routing check still runs
+    task.progress.input_partitions = 1
     collector = Collector(settings.gc_freeze_interval_seconds)
     topics = settings.topics
     offsets = {topics.control: 0, topics.fragments: 0}

@@ -195,9 +195,9 @@ async def takeover(
         "seconds": seconds,
         "cpu_seconds": cpu,
         "restore_seconds": result.seconds,  # inside prepare: the changelog read and apply
-        "restore_kind": task.restore_kind,
+        "restore_kind": task.recovery.restore_kind,
         "changelog_records": result.records,
-        "store_records": task.store_records,
+        "store_records": task.recovery.store_records,
         "skipped": result.skipped,
         "open_buffers": task.assembler.open_buffers,
     }

@@ -47,7 +47,8 @@ from processor.core.assembler import Assembler
 from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime.hanging import TransactionHeld
-from processor.runtime.partition import PartitionTask, TaskState
+from processor.runtime.partition import PartitionTask
+from processor.runtime.task_states import TaskState, TaskTrigger
 from processor.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -105,9 +106,9 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
         metrics.REBALANCES.labels("revoked").inc()
         async with self.lock:
             self._kept = {
-                t.partition: (t.assembler, t.changelog_next)
+                t.partition: (t.assembler, t.progress.changelog_next)
                 for t in self.ready_tasks()
-                if t.clean and t.changelog_next is not None
+                if t.progress.clean and t.progress.changelog_next is not None
             }
             await self.close_all()
         partitions = sorted({tp.partition for tp in revoked})
@@ -135,7 +136,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
             kept, self._kept = self._kept, {}
             for p in sorted(fragments):
                 task = PartitionTask(p, self.settings, self._new_assembler)
-                task.warm = kept.get(p)
+                task.recovery.warm = kept.get(p)
                 self.tasks[p] = task
                 self._pause(task)
                 self._jobs[p] = asyncio.create_task(self._prepare(task, delay=0.0))
@@ -150,7 +151,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
         if self.tasks.get(task.partition) is not task or task.state is TaskState.CLOSED:
             return
         metrics.PARTITION_RESETS.inc()
-        task.state = TaskState.PREPARING
+        task.advance(TaskTrigger.RESET)
         self._pause(task)
         delay = self.settings.session_timeout_ms / 1000 if cause == "fenced" else _RETRY_MIN_S
         old = self._jobs.pop(task.partition, None)
@@ -211,7 +212,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
             metrics.RESTORE_RECORDS.inc(result.records)
             self.seq += 1
             task.ready_seq = self.seq
-            task.state = TaskState.READY
+            task.advance(TaskTrigger.PREPARED)
             self._resume(task)
             self._update_ready_gauge()
             log.info(
@@ -219,8 +220,8 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                 extra=fields(
                     partition=task.partition,
                     restored_records=result.records,
-                    restore=task.restore_kind,
-                    store_records=task.store_records,
+                    restore=task.recovery.restore_kind,
+                    store_records=task.recovery.store_records,
                     changelog_end_offset=result.end_offset,
                     restore_seconds=round(result.seconds, 4),
                     prepare_seconds=round(time.monotonic() - started, 4),

@@ -328,7 +328,7 @@ class Worker:
         due = {
             task.partition
             for task in tasks
-            if task.tick_fence is None and now - task.last_tick >= interval
+            if task.progress.tick_fence is None and now - task.progress.last_tick >= interval
         }
         ends = await self._committed_ends(consumer, tasks, by_partition, due)
         for task in tasks:
@@ -338,11 +338,11 @@ class Worker:
                 self._drop(consumer, task, records)  # no barrier, no fragments: retry them
                 records = {}
             if task.partition in due and all(tp in ends for tp in task.tps):
-                task.tick_fence = TickFence(now, {tp: ends[tp] for tp in task.tps})
+                task.progress.tick_fence = TickFence(now, {tp: ends[tp] for tp in task.tps})
             # expire only once both inputs are applied up to the fence: a backlog, or records
             # written since the last fetch, may hold what a buffer awaits
             positions = {tp: await _position(consumer, tp) for tp in task.tps}
-            fence = task.tick_fence
+            fence = task.progress.tick_fence
             tick = fence if fence and task.caught_up(fence.ends, records, positions) else None
             if (
                 not records
@@ -372,9 +372,9 @@ class Worker:
             await asyncio.gather(*commits)
         # between transactions: what the coordinator committed without a marker (bounded)
         clock = time.monotonic()
-        sweeping = [t for t in self.manager.ready_tasks() if t.sweeps.due(clock)]
+        sweeping = [t for t in self.manager.ready_tasks() if t.fence.sweeps.due(clock)]
         if sweeping:
-            await asyncio.gather(*(t.sweep_skipped(clock) for t in sweeping))
+            await asyncio.gather(*(t.fence.sweep_skipped(clock) for t in sweeping))
         self._resume_fragments(consumer, tasks)
 
     def _pause_fragments(
@@ -395,7 +395,9 @@ class Worker:
                     barrier=barrier,
                 ),
             )
-        task.fragments_paused_until = max(barrier, task.fragments_paused_until or 0)
+        task.progress.fragments_paused_until = max(
+            barrier, task.progress.fragments_paused_until or 0
+        )
 
     def _resume_fragments(self, consumer: AIOKafkaConsumer, tasks: Sequence[PartitionTask]) -> None:
         """Resume the paused fragments whose calls no longer wait for control (or that a
@@ -404,12 +406,12 @@ class Worker:
         if not paused:
             return
         for task in tasks:
-            until = task.fragments_paused_until
+            until = task.progress.fragments_paused_until
             if until is not None:
                 applied = task.assembler.control_position
                 if task.assembler.waiting_for_control and (applied is None or applied < until):
                     continue
-                task.fragments_paused_until = None
+                task.progress.fragments_paused_until = None
             if task.fragments_tp in paused and task.state is TaskState.READY:
                 consumer.resume(task.fragments_tp)
 
@@ -471,7 +473,7 @@ class Worker:
                 "transaction failed; rebuilding the partition",
                 extra=fields(partition=task.partition, cause=exc.cause, detail=exc.detail),
             )
-            task.in_doubt = task.in_doubt or exc.in_doubt
+            task.fence.in_doubt = task.fence.in_doubt or exc.in_doubt
             self.manager.reset(task, exc.cause)
             return
         committed_at = time.time()

@@ -6,7 +6,7 @@ judged itself caught up by the end offsets of its last fetch response, which say
 records written since. The idle (and response, and confirmation) waits kept it (issue 31): a
 worker paused, or starved of CPU, between two fetches expired an idle call whose next fragments
 were already in the log. Every tick now takes a fence, both inputs' committed ends read at its
-time, and runs only once they are applied (``processor.runtime.partition.TickFence``). Here the
+time, and runs only once they are applied (``processor.runtime.step_plan.TickFence``). Here the
 worker is stopped (SIGSTOP, within its session) after its last fetch answered, the rest of the
 call is written, and the worker resumes after the idle time ran out: the call dispatches, and a
 call abandoned beside it still fails ``idle_timeout``.

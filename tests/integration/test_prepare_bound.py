@@ -42,7 +42,7 @@ async def test_a_fence_that_cannot_finish_fails_the_preparation(runtime: Runtime
         )
         with pytest.raises(KafkaTimeoutError, match=rf"took over 0 s \(({steps})"):
             await asyncio.wait_for(task.prepare(consumer), 30)
-        assert task.producer is None
+        assert task.fence.producer is None
     finally:
         await task.close()
         await consumer.stop()
@@ -69,12 +69,12 @@ async def test_a_preparation_without_the_inputs_partition_count_fails(runtime: R
         assert bare.partitions_for_topic(runtime.topics.fragments) is None
         with pytest.raises(KafkaTimeoutError, match="not in the consumer's metadata"):
             await asyncio.wait_for(task.prepare(bare), 60)
-        assert task.input_partitions == 0
+        assert task.progress.input_partitions == 0
         member.assign(list(task.tps))
         await member.seek_to_beginning(*task.tps)  # waits for the metadata of the topics
         assert member.partitions_for_topic(runtime.topics.fragments) == {0, 1}
         await asyncio.wait_for(task.prepare(member), 60)
-        assert task.input_partitions == 2
+        assert task.progress.input_partitions == 2
     finally:
         await task.close()
         await bare.stop()

@@ -67,7 +67,7 @@ def test_worker_decision_and_dispatch_spans(spans: InMemorySpanExporter) -> None
     registry = Registry.from_document(yaml.safe_load(TOOLS_YAML), source="test")
     settings = Settings(topic_prefix="x.", application_id="app")
     task = PartitionTask(2, settings, lambda: Assembler(registry))
-    task.expected = {task.fragments_tp: 0, task.control_tp: 0}
+    task.expected.update({task.fragments_tp: 0, task.control_tp: 0})
     frags = records_of(
         "x.fragments",
         call_events("acme", "t1", "c1", '{"city": "Oslo"}'),

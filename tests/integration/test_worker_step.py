@@ -33,7 +33,7 @@ def task(tmp_path: Any) -> PartitionTask:
     registry = Registry.from_document(yaml.safe_load(TOOLS_YAML), source="test")
     settings = Settings(topic_prefix="x.", application_id="app")
     t = PartitionTask(2, settings, lambda: Assembler(registry))
-    t.expected = {t.fragments_tp: 0, t.control_tp: 0}
+    t.expected.update({t.fragments_tp: 0, t.control_tp: 0})
     return t
 
 
@@ -186,7 +186,7 @@ def test_a_tick_judges_by_its_fence_time_not_by_when_it_runs(task: PartitionTask
     much_later = now + 10 * idle
     early = task.build({}, much_later, tick=TickFence(now + idle / 2, {}))
     assert [o.topic for o in early.plan.outputs] == []
-    assert task.tick_fence is None and task.last_tick == much_later
+    assert task.progress.tick_fence is None and task.progress.last_tick == much_later
     late = task.build({}, much_later, tick=TickFence(now + idle + 1, {}))
     ledger = [orjson.loads(o.value) for o in late.plan.outputs if o.topic == "x.ledger"]
     assert [(r["state"], r["terminal_reason"]) for r in ledger] == [("failed", "idle_timeout")]
@@ -223,7 +223,7 @@ def test_turn_scoped_records_off_their_partition_are_dead_lettered(task: Partiti
     """A producer with another partitioner would split a turn; the worker says so."""
     from processor.runtime.partitioner import partition_for
 
-    task.input_partitions = 6
+    task.progress.input_partitions = 6
     turns = [f"t{i}" for i in range(100)]
     home = next(t for t in turns if partition_for(f"acme/{t}".encode(), 6) == 2)
     away = next(t for t in turns if partition_for(f"acme/{t}".encode(), 6) != 2)

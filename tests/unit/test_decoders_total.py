@@ -24,6 +24,7 @@ from processor.core.assembler import Assembler
 from processor.core.errors import RecordRejected
 from processor.core.events import (
     DeadLetter,
+    OutputRecord,
     ResponseQuarantined,
     ResponseStatus,
     TenantResumed,
@@ -42,6 +43,7 @@ from processor.executor.records import (
     decode_entry,
 )
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
+from processor.runtime import intake
 from processor.runtime.partition import PartitionTask
 from processor.runtime.partitioner import misrouted
 from processor.runtime.tail import record_json, record_line
@@ -144,11 +146,26 @@ PROPERTY = settings(
 
 def _task() -> PartitionTask:
     task = PartitionTask(0, Settings(), lambda: Assembler(registry()))
-    task.input_partitions = 6
+    task.progress.input_partitions = 6
     return task
 
 
 TASK = _task()
+
+
+def _handle(
+    task: PartitionTask, record: ConsumerRecord, role: str, barrier: int | None
+) -> list[OutputRecord]:
+    """What the worker's step does with one record of the task's partition."""
+    return intake.handle(
+        task.assembler,
+        record,
+        role,
+        NOW,
+        barrier,
+        partition=task.partition,
+        input_partitions=task.progress.input_partitions,
+    )
 
 
 def _worker_handles(payload: bytes, role: str) -> None:
@@ -156,7 +173,8 @@ def _worker_handles(payload: bytes, role: str) -> None:
     encodes, and nothing raises."""
     topic = TASK.topics.fragments if role == "fragments" else TASK.topics.control
     record = ConsumerRecord(topic, 0, 1, 100_000, 1, b"k", payload, None, 1, len(payload), [])
-    for output in TASK._handle(record, role, NOW, 5 if role == "fragments" else None):
+    barrier = 5 if role == "fragments" else None
+    for output in _handle(TASK, record, role, barrier):
         encode(output)
 
 
@@ -306,7 +324,7 @@ def test_a_core_failure_on_one_record_dead_letters_it_even_a_panic(
     payload = encode(Call().start())
     [partition] = [p for p in range(6) if misrouted(orjson.loads(payload), p, 6) is None]
     task = PartitionTask(partition, Settings(), lambda: Assembler(registry()))
-    task.input_partitions = 6
+    task.progress.input_partitions = 6
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise raised
@@ -314,9 +332,9 @@ def test_a_core_failure_on_one_record_dead_letters_it_even_a_panic(
     monkeypatch.setattr(task.assembler, "handle", fail)
     record = ConsumerRecord(task.topics.fragments, partition, 7, 100_000, 1, b"k", payload, None,
                             1, len(payload), [])  # fmt: skip
-    [dead] = task._handle(record, "fragments", NOW, 5)
+    [dead] = _handle(task, record, "fragments", 5)
     assert isinstance(dead, DeadLetter) and dead.reason == "internal_error"
     assert dead.detail == f"internal error {type(raised).__name__}"
     raised = KeyboardInterrupt()
     with pytest.raises(KeyboardInterrupt):
-        task._handle(record, "fragments", NOW, 5)
+        _handle(task, record, "fragments", 5)

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.core.assembler import Assembler
-from processor.runtime.partition import PartitionTask
+from processor.runtime.recovery import Recovery
 from processor.runtime.store import RocksStore, StoreCorrupt
 from processor.settings import Settings
 from tests.unit.scenario import Call, registry, turn_started
@@ -209,21 +209,21 @@ def test_a_store_whose_scan_failed_can_be_replaced_at_once(tmp_path: Path) -> No
 @pytest.mark.usefixtures("no_gc")
 async def test_a_store_found_damaged_on_restore_is_replaced_at_once(tmp_path: Path) -> None:
     settings = Settings(state_dir=str(tmp_path))
-    task = PartitionTask(0, settings, lambda: Assembler(registry()))
-    store = task._open_store()
+    recovery = Recovery(0, settings, lambda: Assembler(registry()))
+    store = recovery.open_store()
     assert isinstance(store, RocksStore)
     store.apply([], 7)  # a checkpoint: prepare() would load the store
     store.close()
     db = _raw(store.path)
     db.put(b"tenant:\xc3\x28 not utf-8", b"{}")  # the scan fails on it
     db.close()
-    task.store = None
-    store = task._open_store()
+    recovery.store = None
+    store = recovery.open_store()
     assert store is not None
     try:
-        await task._restore_from_store(store, 7, lambda key, value: None)
+        await recovery.restore_from_store(store, 7, lambda key, value: None)
     except StoreCorrupt as exc:  # what prepare() does, while the failed scan's frames live
-        replacement = task._replace_store(store, exc)  # StoreLocked before
+        replacement = recovery.replace_store(store, exc)  # StoreLocked before
     else:
         raise AssertionError("a key that is not UTF-8 was read")
     assert replacement is not None and replacement.checkpoint() is None
