@@ -158,6 +158,14 @@ def _kafka_error(exc: BaseException, servers: str) -> CliError | None:
     return None
 
 
+_BY_CODE: Final[dict[int, type[CliError]]] = {
+    ExitCode.USAGE: UsageError,
+    ExitCode.NO_INPUT: NoInput,
+    ExitCode.UNAVAILABLE: Unavailable,
+    ExitCode.NO_PERMISSION: NotAuthorised,
+    ExitCode.CONFIG: ConfigInvalid,
+}
+
 _UNREADABLE: Final = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 _PATH_HINT: Final = "check the path and its permissions"
 
@@ -194,8 +202,11 @@ def classify(exc: BaseException, servers: str = "the configured address") -> Cli
         return ConfigInvalid(str(exc), where="--tools / PROCESSOR_TOOLS_FILE")
     if "AdapterError" in ours:
         return UsageError(str(exc))
-    if "ProcessorError" in ours:  # a configuration, keyring or handler problem, said plainly
-        return ConfigInvalid(str(exc))
+    if "ProcessorError" in ours:  # its exit code is the error tree's (processor.core.errors)
+        code = getattr(exc, "exit_code", ExitCode.CONFIG)
+        if code is None:  # a failure no command expects to end on: internal, with a report
+            return None
+        return _BY_CODE.get(code, ConfigInvalid)(str(exc))
     if module == "yaml" or module.startswith("yaml."):
         return ConfigInvalid(f"not valid YAML: {str(exc).splitlines()[0]}")
     return None

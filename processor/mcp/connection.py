@@ -45,7 +45,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 from urllib.parse import urlsplit
 
-from processor.core.errors import ProcessorError
+from processor.core.errors import McpError, ProcessorError
 from processor.core.mcp_pins import ToolDefinition
 from processor.mcp.transport import (
     MAX_MESSAGE_BYTES,
@@ -82,11 +82,11 @@ _DEAD_POLL_SECONDS: Final = 0.02
 _UNREADABLE_ANSWER: Final = "Failed to parse JSON response"
 
 
-class NotSent(Exception):
+class NotSent(McpError):
     """No live session: the request was never written."""
 
 
-class ServerRefused(Exception):
+class ServerRefused(McpError):
     """The server answered with a JSON-RPC error that means it did not run the call."""
 
     def __init__(self, code: int) -> None:
@@ -94,7 +94,7 @@ class ServerRefused(Exception):
         super().__init__(code)
 
 
-class AnswerLost(Exception):
+class AnswerLost(McpError):
     """The request may have reached the server, and its answer is lost or unreadable."""
 
     def __init__(self, why: str) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 import orjson
 
+from processor.core.errors import McpError
 from processor.observability.logging import fields
 
 __all__ = [
@@ -73,7 +74,7 @@ def quiet_sdk_loggers() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
-class MessageTooLarge(Exception):
+class MessageTooLarge(McpError):
     """A message from the server went over ``max_message_bytes`` while being read."""
 
 

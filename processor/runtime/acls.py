@@ -53,6 +53,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import for_code
 from aiokafka.protocol.admin import CreateAclsRequest
 
+from processor.core.errors import ConfigurationError, Described
 from processor.settings import Settings
 
 
@@ -157,8 +158,10 @@ class AclBinding:
         return args
 
 
-class AclError(Exception):
+class AclError(Described, ConfigurationError):
     """A principal mapping is invalid or the broker refused to create an ACL."""
+
+    reason = "acl"
 
 
 def parse_principals(items: Iterable[str]) -> dict[Role, str]:

@@ -44,6 +44,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import TopicPartition
 
 from processor.core.assembler import Assembler
+from processor.core.errors import ConfigurationError, Described
 from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime.hanging import TransactionHeld
@@ -61,8 +62,10 @@ _RETRY_MAX_S: Final = 30.0
 _RETRY_FAILED_MAX_S: Final = 2.0
 
 
-class CopartitioningError(Exception):
+class CopartitioningError(Described, ConfigurationError):
     """The group gave this member partition p of one input topic but not of the other."""
+
+    reason = "copartitioning"
 
 
 class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]

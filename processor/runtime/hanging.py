@@ -43,6 +43,7 @@ from typing import Any, Final
 
 from aiokafka.structs import TopicPartition
 
+from processor.core.errors import KafkaStepError
 from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime.txn_admin import (
@@ -81,7 +82,7 @@ __all__ = [
 _DONE: Final = {"abort": "aborted", "commit": "committed"}
 
 
-class TransactionHeld(Exception):
+class TransactionHeld(KafkaStepError):
     """Open transactions of a task's own producer id that it may not end: the task is held."""
 
     def __init__(self, transactional_id: str, open_txns: Sequence[OpenTransaction], why: str):

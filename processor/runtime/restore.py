@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler
+from processor.core.errors import StateStoreError
 from processor.observability.logging import fields
 from processor.runtime import collector
 from processor.runtime.clients import committed_reader, read_to_end
@@ -49,7 +50,7 @@ class RestoreResult:
     skipped: int = 0  # records that could not be read (logged with their offset and reason)
 
 
-class RestoreGap(Exception):
+class RestoreGap(StateStoreError):
     """A tail restore cannot start where asked: restore the partition in full instead."""
 
 

@@ -43,6 +43,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from processor.core.errors import StateStoreError
+
 _CHECKPOINT = b"\x00checkpoint"
 _IDENTITY = b"\x00identity"
 _TALLY = b"\x00tally"
@@ -91,12 +93,12 @@ class Tally:
             return None
 
 
-class StoreCorrupt(Exception):
+class StoreCorrupt(StateStoreError):
     """The local store cannot be used (unreadable, damaged, or another partition's): destroy it
     and rebuild the partition in full from the changelog."""
 
 
-class StoreLocked(Exception):
+class StoreLocked(StateStoreError):
     """Another process holds the store (two workers on one state directory): retried."""
 
 

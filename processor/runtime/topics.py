@@ -52,6 +52,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
+from processor.core.errors import ConfigurationError, Described
 from processor.runtime.clients import admin_client
 from processor.settings import Settings
 
@@ -67,8 +68,10 @@ _TOPIC_ALREADY_EXISTS: Final = 36
 _UNKNOWN_TOPIC: Final = 3
 
 
-class TopicLayoutError(Exception):
+class TopicLayoutError(Described, ConfigurationError):
     """The topics are missing or not co-partitioned; the message says what to do."""
+
+    reason = "topic_layout"
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
+from processor.core.errors import KafkaStepError
 from processor.runtime.clients import discard_producer, settle_unawaited
 from processor.runtime.codec import Outbound
 from processor.settings import Settings
@@ -58,7 +59,7 @@ def producer_kwargs(settings: Settings, *, client_id: str) -> dict[str, Any]:
     }
 
 
-class TransactionFailed(Exception):
+class TransactionFailed(KafkaStepError):
     """The batch's transaction did not commit, as far as we know. ``cause``: timeout, fenced,
     kafka_error, error. ``in_doubt``: it failed after its EndTxn(commit) was sent, so the
     coordinator may still commit it (:func:`processor.runtime.hanging.decided_previous`)."""

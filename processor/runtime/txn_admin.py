@@ -39,6 +39,8 @@ from aiokafka.protocol.types import (
 )
 from aiokafka.structs import TopicPartition
 
+from processor.core.errors import KafkaStepError
+
 __all__ = [
     "HangingError",
     "OpenTransaction",
@@ -320,7 +322,7 @@ class Previous:
         return self.state in _COMMITTED
 
 
-class HangingError(Exception):
+class HangingError(KafkaStepError):
     """A DescribeProducers or WriteTxnMarkers request failed. ``code``: Kafka's error code."""
 
     def __init__(self, message: str, code: int) -> None:

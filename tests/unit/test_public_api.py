@@ -29,7 +29,8 @@ PUBLIC = {
     "ProcessorError", "RecordRejected", "AssemblyError", "MalformedJson", "UnknownTool",
     "SchemaInvalid", "BusinessInvalid", "LimitExceeded", "ProtocolViolation", "SequenceGap",
     "DuplicateConflict", "ArgumentsMismatch", "InvalidTransition", "RegistryError",
-    "ConfigurationError", "AdapterError", "OfferError",
+    "ConfigurationError", "AdapterError", "OfferError", "Described", "KafkaStepError",
+    "StateStoreError", "ExecutionError", "McpError",
 }  # fmt: skip
 
 
