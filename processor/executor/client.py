@@ -7,22 +7,37 @@ module:object``)::
     async with ExecutorClient(settings, handlers, group="bookings", verifier=keyring) as client:
         await client.run()
 
-Per dispatch record, in order (each dispatch partition is processed in offset order):
+Per fetch (each dispatch partition's records decided in offset order; up to ``max_in_flight``
+handlers, ``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
 
-1. Decode it; a tool this executor has no handler for belongs to another executor group and is
-   skipped; a ``dispatch_id`` already in the group's ledger is skipped (never run twice).
-2. **Fence** (:mod:`processor.executor.fence`, :mod:`processor.executor.barrier`): read the
-   control partition of the call's turn up to its current end offset and check that the turn is
-   not cancelled, the response not quarantined, the tool not disabled, the tenant not stopped, the
-   call not denied, and a required confirmation present, bound to this digest and the turn's
-   actor, and fresh. A refusal is recorded (ledger entry, result, user status, offset: one
-   transaction) and the handler never runs.
-3. **Claim** (:mod:`processor.executor.ledger`): a ``claimed`` ledger entry and the offset past
-   the record, in one transaction, before anything runs.
-4. **Fence again**, right before the handler: a cancellation that raced the claim is still seen.
-5. **Run** the handler with its timeout; record ``succeeded`` / ``failed`` (or ``unknown`` when the
-   handler timed out or the executor was stopped while it ran) with the result record, in one
-   transaction.
+1. Decode each record; a tool this executor has no handler for belongs to another executor group
+   and is skipped; a ``dispatch_id`` already in the group's ledger is skipped (never run twice).
+   Only as many calls as there are free in-flight slots go on (a claimed call starts at once);
+   the records after them are fetched again later.
+2. **Fence** (:mod:`processor.executor.fence`, :mod:`processor.executor.barrier`), once for all
+   the calls of the fetch: each control partition they need is read up to its current end
+   offset (one barrier read per partition), and each call is checked: its turn not cancelled,
+   its response not quarantined, its tool not disabled, its tenant not stopped, the call not
+   denied, and a required confirmation present, bound to this digest and the turn's actor, and
+   fresh. A refused call's handler never runs.
+3. **Claim** (:mod:`processor.executor.ledger`): per dispatch partition, ONE transaction writes a
+   ``claimed`` ledger entry for every call that passed, the refusals (ledger entry, result,
+   user status), the ends of calls that finished meanwhile, and the offset past the records,
+   before anything runs.
+4. **Fence again**, right before the handlers start, shared by the calls that start together: a
+   cancellation that raced the claims is still seen (the call's end is then a refusal).
+5. **Run** the handlers side by side (:mod:`processor.executor.inflight`), each with its timeout;
+   as they end, their outcomes (``succeeded`` / ``failed``, or ``unknown`` when the handler timed
+   out or was stopped) are written together, one transaction per partition, at most
+   ``executor_flush_interval_ms`` (5 ms) after the first of them ended plus the transaction.
+
+Which calls overlap: any two, of different turns or of one turn, on one dispatch partition or
+several (calls of one response are independent by every provider's definition of parallel tool
+calls). At most once is kept by the claim: a claimed call whose outcome was not written (the
+executor killed in the window above) is reported ``unknown`` by the next owner, never run again.
+A slow or hung handler holds up no other call (its timeout ends it); with every slot taken the
+consumer is paused, the loop goes on. A revoke or a stop waits for the partition's running
+handlers up to ``executor_release_wait_seconds`` (10 s), then cancels the rest (``unknown``).
 
 Results go to ``<prefix>results`` (:class:`~processor.executor.records.ExecutionResult`);
 refusals, failures and unknown outcomes also go to ``status`` as what the user may be told. The
@@ -30,7 +45,8 @@ refusals, failures and unknown outcomes also go to ``status`` as what the user m
 Nothing here logs, counts or writes argument values.
 
 Where the parts live. This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the
-consumer loop (``run``: fetch, then each partition's records in order under the lock) and
+consumer loop (``run``: fetch, claim and start under the lock; the ends of finished calls
+written as they come; the back-pressure of the in-flight bound) and
 rebalances (taking a partition: a new transactional producer, the ledger restored, unfinished
 claims reported ``unknown``; releasing it; retrying a failed take; taking it back after a fence
 that no rebalance follows), and the stall watchdog beside the loop. It must not decide about a
@@ -43,8 +59,10 @@ the next and calling only the layers below it (why layers and not collaborators:
   with the offset;
 * :mod:`~processor.executor.fencing`: the requirements of a dispatch and the fence, after the
   control barrier;
-* :mod:`~processor.executor.running`: running a handler and recording its outcome;
-* :mod:`~processor.executor.claims`: one record through steps 1-5 above (skip, refuse, claim).
+* :mod:`~processor.executor.running`: running handlers side by side and queueing their outcomes;
+* :mod:`~processor.executor.claims`: a fetch through steps 1-5 above (skip, refuse, claim, start).
+
+The in-flight bound is a part of its own (:class:`~processor.executor.inflight.InFlight`).
 """
 
 from __future__ import annotations
@@ -68,16 +86,14 @@ from processor.executor.executor_state import (
     ExecutorStats,
     _Fenced,
     _Owned,
-    _Stopping,
     _TransactionFailed,
 )
 from processor.executor.ledger import restore_ledger_partition
 from processor.executor.records import EntryState
-from processor.observability import metrics, tracing
+from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime import hanging
 from processor.runtime.clients import discard_producer, stop_consumer
-from processor.runtime.codec import traceparent_of
 from processor.runtime.topics import partition_counts
 
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStalled", "ExecutorStats"]
@@ -174,7 +190,9 @@ class ExecutorClient(Claims):
         )
 
     async def stop(self) -> None:
-        """Stop consuming; finish the record in hand; release every partition; leave.
+        """Stop consuming; let the running calls end (up to ``executor_release_wait_seconds``,
+        the rest cancelled and reported ``unknown``); write their ends; release every
+        partition; leave.
 
         After :meth:`request_stop` with ``abandon=True`` (the broker is gone) nothing is flushed:
         each producer is discarded, its open transaction left to be aborted by the next owner's
@@ -188,12 +206,16 @@ class ExecutorClient(Claims):
             retake.cancel()
         self._retakes.clear()
         async with self._lock:
+            if not self._abandon:  # the running calls end, up to a bound, and are recorded
+                await self._drain(list(self._owned.values()))
             for owned in list(self._owned.values()):
                 if self._abandon:
                     await discard_producer(owned.producer)
                 else:
                     await self._release(owned)
             self._owned.clear()
+        for task in list(self._in_flight.tasks):  # abandoned, or of partitions lost: unknown
+            task.cancel()  # from their claims, by the next owner
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             with contextlib.suppress(Exception):
@@ -202,7 +224,7 @@ class ExecutorClient(Claims):
         log.info("executor stopped", extra=fields(executor_id=self.executor_id))
 
     def request_stop(self, *, abandon: bool = False) -> None:
-        """Ask :meth:`run` to return after the record in hand (signal-safe). ``abandon``: the
+        """Ask :meth:`run` to return after the fetch in hand (signal-safe). ``abandon``: the
         broker is gone, so :meth:`stop` must not try to commit anything on the way out."""
         self._abandon = self._abandon or abandon
         self._stopping.set()
@@ -259,82 +281,101 @@ class ExecutorClient(Claims):
                 return ExecutorStalled(stalled, self._step)
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
+        """Fetch, claim, start; write the ends of calls as they finish. Handlers run beside it
+        (at most ``max_in_flight``); with no slot free the consumer is paused, not the loop."""
         stop_wait = asyncio.create_task(self._stopping.wait())
+        in_flight = self._in_flight
+        flush_seconds = self.settings.executor_flush_interval_ms / 1000
+        fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
         try:
             while not self._stopping.is_set():
-                fetch = asyncio.create_task(
-                    consumer.getmany(timeout_ms=200, max_records=self._batch_size)
-                )
-                await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if not fetch.done():
-                    fetch.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, KafkaError):
-                        await fetch
+                if in_flight.free():
+                    in_flight.let_go(consumer, lambda tp: tp.partition in self._retakes)
+                else:
+                    in_flight.hold(consumer)
+                if fetch is None:
+                    most = max(1, min(self._batch_size, in_flight.free()))
+                    fetch = asyncio.create_task(consumer.getmany(timeout_ms=200, max_records=most))
+                ended = asyncio.create_task(in_flight.finished.wait())
+                try:
+                    await asyncio.wait(
+                        {fetch, stop_wait, ended}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    ended.cancel()
+                if stop_wait.done():
                     return
-                batches = fetch.result()
+                if not fetch.done():  # calls ended: their ends, a few ms' worth together
+                    await asyncio.sleep(flush_seconds)
+                    in_flight.finished.clear()
+                    self._progress("writing the ends of finished calls")
+                    async with self._lock:
+                        await self._flush_many(set())
+                    self._progress("polling")
+                    continue
+                batches, fetch = fetch.result(), None
+                in_flight.finished.clear()
                 self._progress("waiting for the lock (a take or release in progress)")
                 async with self._lock:
-                    for tp, records in batches.items():
-                        if not await self._process_partition(consumer, tp, records):
+                    if batches:
+                        fetched = await self._claim_fetch(consumer, batches)
+                        for owned, resume_at in fetched.fenced:
+                            self._lose(owned, resume_at)
+                        if fetched.stopping:
                             return
-                    for owned in self._flush_due({tp.partition for tp in batches}):
-                        await self._flush(owned)  # kept ends of claimed calls, none fetched
+                    await self._flush_many({tp.partition for tp in batches})
                 self._progress("polling")
                 self._maybe_forget()
         finally:
             stop_wait.cancel()
+            if fetch is not None and not fetch.done():
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                    await fetch
 
-    async def _process_partition(
-        self, consumer: AIOKafkaConsumer, tp: TopicPartition, records: list[ConsumerRecord]
-    ) -> bool:
-        """Process one partition's records in order; False when the executor is stopping."""
-        owned = self._owned.get(tp.partition)
-        if owned is None:  # revoked after the fetch, or its take is being retried
-            with contextlib.suppress(Exception):
-                consumer.seek(tp, records[0].offset)  # fetch them again once it is ours
-            return True
-        if owned.lost:
-            return True
-        for record in records:
-            self._progress(f"dispatch partition {tp.partition} offset {record.offset}")
-            try:
-                with tracing.span(
-                    f"process {tp.topic}",
-                    "consumer",
-                    tracing.kafka_attributes(
-                        tp.topic,
-                        "process",
-                        key=record.key,
-                        partition=tp.partition,
-                        offset=record.offset,
-                        group=self.group,
-                    ),
-                    traceparent=traceparent_of(record.headers),
-                ):
-                    if owned.unended:  # a claimed call's end first: records stay in order
-                        await self._write_unended(owned)
-                    await self._process(owned, record)
-            except _Stopping:
-                consumer.seek(tp, record.offset)
-                return False
-            except _TransactionFailed:
-                consumer.seek(tp, record.offset)  # decide it again on the next fetch
-                return True
-            except _Fenced:
-                self._lose(owned, record.offset)
-                return True
-        # on failure the records are in the ledger already; the offsets are committed later
-        await self._flush(owned)
-        return True
+    async def _flush_many(self, fetched: set[int]) -> None:
+        """One transaction per partition, side by side: the ends of calls that finished and
+        the pending offset of each fetched partition and of each with ends; kept ends of
+        claimed calls and sweeps that are due (``_flush_due``) of the others."""
+        due = {
+            owned.partition: owned
+            for owned in self._owned.values()
+            if not owned.lost and (owned.finished or owned.partition in fetched)
+        }
+        for owned in self._flush_due(fetched):
+            due.setdefault(owned.partition, owned)
+        if due:
+            await asyncio.gather(*(self._flush(owned) for owned in due.values()))
 
     async def _flush(self, owned: _Owned) -> None:
-        """Kept ends of claimed calls and the pending offset; a fence loses the partition."""
+        """Kept ends of claimed calls, finished ends and the pending offset; a fence loses the
+        partition."""
         try:
             await self._flush_offsets(owned)
         except _Fenced:
             self._lose(owned, None)
         except _TransactionFailed:
             pass
+
+    async def _drain(self, owned: list[_Owned]) -> None:
+        """Wait for the handlers running on these partitions, up to
+        ``executor_release_wait_seconds``; cancel the rest (their outcome is ``unknown``,
+        ``executor_stopped``: they are never run again). Their ends are then in
+        ``_Owned.finished``, for the release to write."""
+        tasks = {task for o in owned for task in o.running}
+        if not tasks:
+            return
+        self._progress(f"waiting for {len(tasks)} running calls to end")
+        await asyncio.wait(tasks, timeout=self.settings.executor_release_wait_seconds)
+        late = [task for task in tasks if not task.done()]
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning(
+                "running calls cancelled on release: outcome unknown, not run again",
+                extra=fields(calls=len(late), partitions=sorted(o.partition for o in owned)),
+            )
+            await asyncio.wait(late, timeout=_RELEASE_SECONDS)  # one that ignores it: left
 
     # ------------------------------------------------------------------ rebalance
 
@@ -431,7 +472,8 @@ class ExecutorClient(Claims):
             retake = self._retakes.pop(tp.partition, None)
             if retake is not None:
                 retake.cancel()
-        async with self._lock:  # waits for the record in hand, handler included
+        async with self._lock:  # waits for the fetch in hand; then for its running calls
+            await self._drain([o for tp in revoked if (o := self._owned.get(tp.partition))])
             for tp in revoked:
                 owned = self._owned.pop(tp.partition, None)
                 if owned is not None:
@@ -461,15 +503,17 @@ class ExecutorClient(Claims):
             "dispatch partition taken",
             extra=fields(partition=partition, entries=len(entries), unfinished=len(dangling)),
         )
-        for entry in dangling:
-            try:
-                await self._record_unknown(owned, entry, "executor_interrupted")
-            except (_Fenced, _TransactionFailed) as exc:
-                await discard_producer(owned.producer)
-                raise _TakeFailed(type(exc).__name__) from None
+        try:
+            await self._record_unknown(owned, dangling, "executor_interrupted")
+        except (_Fenced, _TransactionFailed) as exc:
+            await discard_producer(owned.producer)
+            raise _TakeFailed(type(exc).__name__) from None
         return owned
 
     async def _release(self, owned: _Owned) -> None:
+        """Its running calls end (:meth:`_drain`), their ends and the offset are written, and
+        its producer stops."""
+        await self._drain([owned])
         if not owned.lost:
             with contextlib.suppress(_Fenced, _TransactionFailed):
                 await self._flush_offsets(owned)

@@ -1,8 +1,12 @@
-"""Handler running: one claimed call's handler, its outcome, and recording it.
+"""Handler running: claimed calls' handlers, side by side, and their outcomes.
 
-Owns ``_execute``: the handler under its timeout and a tracing span; the outcome (``succeeded``,
-``failed``, ``unknown`` on a timeout or a stop while it ran); the result, ledger entry and user
-status written in one transaction; and what a handler's return value becomes (``_as_output``).
+Owns ``_start``: a claimed call's handler in a slot of its own
+(:class:`~processor.executor.inflight.InFlight`, beside the loop and the other calls), under its
+timeout and a tracing span; the outcome (``succeeded``, ``failed``, ``unknown`` on a timeout or a
+stop while it ran); its result, ledger entry and user status, queued for the partition's next
+transaction (``_Owned.finished``, written by :meth:`Transactions._commit` a few milliseconds
+later, together with the other ends that finished meanwhile); and what a handler's return value
+becomes (``_as_output``).
 Logs and results never hold argument values, and a handler's exception message is never kept
 (it may quote them): its class name only.
 
@@ -24,12 +28,13 @@ from pydantic import BaseModel
 
 from processor.core.errors import PROCESS_EXCEPTIONS
 from processor.core.events import Dispatch, UserState
-from processor.executor.executor_state import _Owned
+from processor.executor.executor_state import _Finished, _Owned
 from processor.executor.fencing import Fencing
 from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
 from processor.executor.records import EntryState, ExecutionEntry, ExecutionOutcome, ExecutionResult
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
+from processor.runtime.codec import traceparent_of
 
 __all__ = ["Running"]
 
@@ -43,9 +48,48 @@ _UNKNOWN_VIEW: Final = (
 
 
 class Running(Fencing):
-    """Runs a claimed call's handler and records its outcome."""
+    """Runs claimed calls' handlers side by side and queues their outcomes."""
+
+    def _start(
+        self,
+        owned: _Owned,
+        dispatch: Dispatch,
+        headers: list[tuple[str, bytes]],
+        registration: Registration,
+        claim: ExecutionEntry,
+    ) -> None:
+        """Start a claimed call's handler now (its claim is committed; a slot is free)."""
+        task = self._in_flight.start(self._execute(owned, dispatch, headers, registration, claim))
+        owned.running.add(task)
+        task.add_done_callback(owned.running.discard)
 
     async def _execute(
+        self,
+        owned: _Owned,
+        dispatch: Dispatch,
+        headers: list[tuple[str, bytes]],
+        registration: Registration,
+        claim: ExecutionEntry,
+    ) -> None:
+        """The call's handler and outcome in the ``process`` span of its dispatch record (a
+        child of the record's ``traceparent``; the ``execute`` span is the handler's own)."""
+        attributes = tracing.kafka_attributes(
+            self.topics.dispatch,
+            "process",
+            key=dispatch.key.turn_key,
+            partition=owned.partition,
+            offset=claim.dispatch_offset,
+            group=self.group,
+        )
+        with tracing.span(
+            f"process {self.topics.dispatch}",
+            "consumer",
+            attributes,
+            traceparent=traceparent_of(headers),
+        ):
+            await self._run(owned, dispatch, headers, registration, claim)
+
+    async def _run(
         self,
         owned: _Owned,
         dispatch: Dispatch,
@@ -61,17 +105,11 @@ class Running(Fencing):
         retry = False
         detail = ""
         output: dict[str, Any] | None = None
-        interrupted = False
         try:
             attributes = {"toolcall.tool": dispatch.tool, "toolcall.dispatch_id": call.dispatch_id}
             with tracing.span(f"execute {dispatch.tool}", "internal", attributes):
-                self._in_handler += 1  # the stall watchdog waits for the handler's own timeout
-                try:
-                    async with asyncio.timeout(registration.timeout_seconds) as deadline:
-                        returned = await registration.handler(call)
-                finally:
-                    self._in_handler -= 1
-                    self._progress("recording the outcome")
+                async with asyncio.timeout(registration.timeout_seconds) as deadline:
+                    returned = await registration.handler(call)
             output, detail = _as_output(returned)
         except ExecutionFailed as exc:
             outcome, reason = ExecutionOutcome.FAILED, exc.code
@@ -87,8 +125,8 @@ class Running(Fencing):
                     "handler_exception",
                     "TimeoutError",
                 )
-        except asyncio.CancelledError:
-            outcome, reason, interrupted = ExecutionOutcome.UNKNOWN, "executor_stopped", True
+        except asyncio.CancelledError:  # a release that could not wait for it (or a stop)
+            outcome, reason = ExecutionOutcome.UNKNOWN, "executor_stopped"
         except PROCESS_EXCEPTIONS:
             raise
         except BaseException as exc:  # a handler bug (or a panic of an extension it uses): the
@@ -145,9 +183,8 @@ class Running(Fencing):
                 reason=reason,
             ),
         )
-        await self._after_claim(owned, dispatch.dispatch_id, outputs)
-        if interrupted:
-            raise asyncio.CancelledError
+        # written with the partition's next transaction (a few ms); a handler task never writes
+        owned.finished.append(_Finished(dispatch.dispatch_id, outputs))
 
 
 def _as_output(returned: object) -> tuple[dict[str, Any] | None, str]:
