@@ -70,6 +70,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any, Final
 
@@ -282,50 +283,65 @@ class ExecutorClient(Claims):
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         """Fetch, claim, start; write the ends of calls as they finish. Handlers run beside it
-        (at most ``max_in_flight``); with no slot free the consumer is paused, not the loop."""
+        (at most ``max_in_flight``); with no slot free the consumer is paused, not the loop.
+
+        The ends of finished calls are written at most ``executor_flush_interval_ms`` after
+        the first of them, with the claims of a fetch of their partition when one comes
+        first (one transaction, not two back to back on one transactional id)."""
         stop_wait = asyncio.create_task(self._stopping.wait())
         in_flight = self._in_flight
         flush_seconds = self.settings.executor_flush_interval_ms / 1000
         fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
+        ends_due: float | None = None  # when the ends that finished are to be written
         try:
             while not self._stopping.is_set():
-                if in_flight.free():
-                    in_flight.let_go(consumer, lambda tp: tp.partition in self._retakes)
-                else:
+                if not in_flight.free():
                     in_flight.hold(consumer)
+                elif in_flight.holding:
+                    in_flight.let_go(consumer, lambda tp: tp.partition in self._retakes)
+                    if fetch is not None and not fetch.done():
+                        # asked while paused: it would wait for its timeout, not the records
+                        fetch.cancel()  # (a pending fetch holds no record: none is lost)
+                        with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                            await fetch
+                        fetch = None
                 if fetch is None:
                     most = max(1, min(self._batch_size, in_flight.free()))
                     fetch = asyncio.create_task(consumer.getmany(timeout_ms=200, max_records=most))
                 ended = asyncio.create_task(in_flight.finished.wait())
+                wait = None if ends_due is None else max(0.0, ends_due - time.monotonic())
                 try:
                     await asyncio.wait(
-                        {fetch, stop_wait, ended}, return_when=asyncio.FIRST_COMPLETED
+                        {fetch, stop_wait, ended}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
                     )
                 finally:
                     ended.cancel()
                 if stop_wait.done():
                     return
-                if not fetch.done():  # calls ended: their ends, a few ms' worth together
-                    await asyncio.sleep(flush_seconds)
+                if in_flight.finished.is_set():
                     in_flight.finished.clear()
+                    if ends_due is None:
+                        ends_due = time.monotonic() + flush_seconds
+                    if in_flight.holding and in_flight.free():
+                        continue  # a slot is free: fetch first, the ends go with the claims
+                if fetch.done():
+                    batches, fetch = fetch.result(), None
+                    self._progress("waiting for the lock (a take or release in progress)")
+                    async with self._lock:
+                        if batches:
+                            fetched = await self._claim_fetch(consumer, batches)
+                            for owned, resume_at in fetched.fenced:
+                                self._lose(owned, resume_at)
+                            if fetched.stopping:
+                                return
+                        await self._flush_many({tp.partition for tp in batches}, ends=False)
+                    self._maybe_forget()
+                if ends_due is not None and time.monotonic() >= ends_due:
+                    ends_due = None
                     self._progress("writing the ends of finished calls")
                     async with self._lock:
-                        await self._flush_many(set())
-                    self._progress("polling")
-                    continue
-                batches, fetch = fetch.result(), None
-                in_flight.finished.clear()
-                self._progress("waiting for the lock (a take or release in progress)")
-                async with self._lock:
-                    if batches:
-                        fetched = await self._claim_fetch(consumer, batches)
-                        for owned, resume_at in fetched.fenced:
-                            self._lose(owned, resume_at)
-                        if fetched.stopping:
-                            return
-                    await self._flush_many({tp.partition for tp in batches})
+                        await self._flush_many(set(), ends=True)
                 self._progress("polling")
-                self._maybe_forget()
         finally:
             stop_wait.cancel()
             if fetch is not None and not fetch.done():
@@ -333,14 +349,23 @@ class ExecutorClient(Claims):
                 with contextlib.suppress(asyncio.CancelledError, KafkaError):
                     await fetch
 
-    async def _flush_many(self, fetched: set[int]) -> None:
-        """One transaction per partition, side by side: the ends of calls that finished and
-        the pending offset of each fetched partition and of each with ends; kept ends of
-        claimed calls and sweeps that are due (``_flush_due``) of the others."""
+    async def _flush_many(self, fetched: set[int], *, ends: bool) -> None:
+        """One transaction per partition, side by side, for those with something to write:
+        with ``ends``, every partition with ends of finished calls; the fetched partitions
+        with a pending offset (records skipped) or a sweep due; the others' kept ends of
+        claimed calls and sweeps that are due (``_flush_due``)."""
+        now = time.monotonic()
         due = {
             owned.partition: owned
             for owned in self._owned.values()
-            if not owned.lost and (owned.finished or owned.partition in fetched)
+            if not owned.lost
+            and (
+                (ends and owned.finished)
+                or (
+                    owned.partition in fetched
+                    and (owned.pending_offset is not None or owned.sweeps.due(now))
+                )
+            )
         }
         for owned in self._flush_due(fetched):
             due.setdefault(owned.partition, owned)

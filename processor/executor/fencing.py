@@ -67,28 +67,29 @@ class Fencing(Transactions):
             self._barrier.partition_for_turn(dispatch.tenant, dispatch.turn_id)
             for dispatch, _ in calls
         ]
-        states = {p: await self._synced(p) for p in dict.fromkeys(partitions)}
+        states = await self._synced(list(dict.fromkeys(partitions)))
         now = self._clock()
         return [
             states[p].check(dispatch, now, requirements)
             for p, (dispatch, requirements) in zip(partitions, calls, strict=True)
         ]
 
-    async def _synced(self, partition: int) -> FenceState:
-        """Control partition ``partition`` read up to its end offset now (retried while the
-        barrier is incomplete; :class:`_Stopping` when the executor stops meanwhile)."""
+    async def _synced(self, partitions: list[int]) -> dict[int, FenceState]:
+        """Control ``partitions`` read up to their end offsets now (one ListOffsets for all;
+        retried while the barrier is incomplete; :class:`_Stopping` when the executor stops
+        meanwhile)."""
         while True:
             started = time.monotonic()
             try:
-                state = await self._barrier.sync(partition, self._barrier_timeout)
+                states = await self._barrier.sync_many(partitions, self._barrier_timeout)
             except (BarrierTimeout, KafkaError) as exc:
                 log.warning(
                     "control barrier incomplete; retrying",
-                    extra=fields(partition=partition, error=type(exc).__name__),
+                    extra=fields(partitions=partitions, error=type(exc).__name__),
                 )
                 if self._stopping.is_set():
                     raise _Stopping from None
                 await asyncio.sleep(0.5)
                 continue
             metrics.EXECUTOR_BARRIER_DURATION.observe(time.monotonic() - started)
-            return state
+            return states

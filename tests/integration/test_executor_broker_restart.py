@@ -219,7 +219,7 @@ class _HangingFence(ExecutorClient):
     """A fence read (a control partition's barrier) that never comes back (a wait on the
     broker without a bound)."""
 
-    async def _synced(self, partition: int) -> Any:
+    async def _synced(self, partitions: list[int]) -> Any:
         await asyncio.Event().wait()
 
 
