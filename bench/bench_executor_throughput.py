@@ -1,0 +1,380 @@
+"""Executor throughput against a plain consumer with the same handler and in-flight limit.
+
+Issue 39's side-by-side, on the real broker. One ``dispatch`` backlog (``--calls`` calls of as
+many turns, over ``--partitions`` partitions, every turn started in ``control``) is written once;
+then, one after the other and interleaved, each contender drains it in a consumer group of its
+own, in a process of its own:
+
+- **plain**: an aiokafka consumer group member (read_committed, no auto-commit) that decodes
+  each dispatch record and runs the handler with up to ``--in-flight`` calls at once, and
+  commits each partition's offset past its completed calls (no fence, no ledger, no result);
+- **executor**: one :class:`~processor.executor.client.ExecutorClient` (``max_in_flight`` =
+  ``--in-flight``): the fence, the claims, the handler, the outcomes.
+
+Handlers: ``noop`` (returns at once) and ``sleep`` (``await asyncio.sleep(0.1)``, an I/O-bound
+tool). Steady calls/s: the calls whose handler ended between the 10th and the 90th percentile
+of handler end times, over that interval (start-up and take excluded). CPU: the contender
+process's own (user + system, from ``getrusage``) per call, and the broker's (its process's
+``/proc`` ticks over the contender's run) per call when a local broker process is found; the
+broker is shared with whatever else runs on the machine, so its figure is an upper bound.
+
+    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python bench/bench_executor_throughput.py \\
+        [--calls 2000] [--partitions 6] [--in-flight 64] [--repeat 1] [--out F]
+
+(``make bench`` runs it: the section "Executor: throughput against a plain consumer".)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "bench" / "results" / "executor_throughput.json"
+HANDLERS = {"noop": 0.0, "sleep": 0.1}
+
+
+# ---------------------------------------------------------------------------- contenders
+
+
+def _handler(seconds: float, ends: list[float]) -> Any:
+    async def handle(call: Any) -> dict[str, Any]:
+        if seconds:
+            await asyncio.sleep(seconds)
+        ends.append(time.monotonic())
+        return {"ok": True}
+
+    return handle
+
+
+async def plain(settings: Any, calls: int, seconds: float, limit: int) -> list[float]:
+    """The plain consumer: up to ``limit`` handlers at once, offsets committed past what
+    completed (per partition, contiguous), after completion."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    from processor.executor.records import decode_dispatch  # noqa: PLC0415
+
+    ends: list[float] = []
+    handle = _handler(seconds, ends)
+    consumer = AIOKafkaConsumer(
+        settings.topics.dispatch,
+        group_id=f"plain-{uuid.uuid4().hex[:8]}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        **settings.kafka_client_kwargs(),
+    )
+    await consumer.start()
+    slots = asyncio.Semaphore(limit)
+    done: dict[TopicPartition, set[int]] = {}
+    committed: dict[TopicPartition, int] = {}
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def run(tp: TopicPartition, offset: int, value: bytes) -> None:
+        try:
+            dispatch = decode_dispatch(value)
+            await handle(dispatch)
+        finally:
+            done.setdefault(tp, set()).add(offset)
+            slots.release()
+
+    try:
+        while len(ends) < calls:
+            batches = await consumer.getmany(timeout_ms=100, max_records=limit)
+            for tp, records in batches.items():
+                committed.setdefault(tp, records[0].offset)
+                for record in records:
+                    await slots.acquire()  # the bound: this loop waits for a free slot
+                    task = asyncio.create_task(run(tp, record.offset, record.value))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+            offsets = {}
+            for tp, at in committed.items():
+                finished = done.get(tp, set())
+                moved = at
+                while moved in finished:
+                    finished.discard(moved)
+                    moved += 1
+                if moved != at:
+                    committed[tp] = offsets[tp] = moved
+            if offsets:
+                await consumer.commit(offsets)
+        await asyncio.gather(*tasks)
+    finally:
+        await consumer.stop()
+    return ends
+
+
+async def executor(settings: Any, calls: int, seconds: float, limit: int) -> list[float]:
+    from processor.core.authn import AllowUnsigned  # noqa: PLC0415
+    from processor.executor.client import ExecutorClient  # noqa: PLC0415
+    from processor.executor.handlers import Handlers  # noqa: PLC0415
+
+    ends: list[float] = []
+    handlers = Handlers()
+    handlers.register("get_weather", _handler(seconds, ends), requires_confirmation=False)
+    client = ExecutorClient(
+        settings,
+        handlers,
+        verifier=AllowUnsigned(),
+        group=f"exec-{uuid.uuid4().hex[:8]}",
+        max_in_flight=limit,
+    )
+    await client.start()
+    task = asyncio.create_task(client.run())
+    try:
+        while sum(client.stats.outcomes.values()) < calls:
+            if task.done():
+                task.result()
+                raise RuntimeError("the executor stopped")
+            await asyncio.sleep(0.05)
+    finally:
+        client.request_stop()
+        await asyncio.wait({task}, timeout=60)
+        await client.stop()
+    outcomes = client.stats.outcomes
+    if outcomes.get("succeeded", 0) != calls:
+        raise RuntimeError(f"not every call succeeded: {outcomes}")
+    return ends
+
+
+def contender_main(args: argparse.Namespace) -> None:
+    """In a process of its own: drain the backlog, print one JSON line."""
+    from processor.settings import Settings  # noqa: PLC0415
+
+    settings = Settings(
+        bootstrap_servers=args.bootstrap,
+        topic_prefix=args.prefix,
+        partitions=args.partitions,
+        session_timeout_ms=6000,
+        transaction_timeout_ms=5000,
+        commit_timeout_seconds=4,
+    )
+    run = plain if args.contender == "plain" else executor
+    started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    ends = asyncio.run(run(settings, args.calls, HANDLERS[args.handler], args.in_flight))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    ends.sort()
+    lo, hi = ends[len(ends) // 10], ends[(len(ends) * 9) // 10]
+    steady = ((len(ends) * 9) // 10 - len(ends) // 10) / (hi - lo) if hi > lo else float("inf")
+    print(
+        json.dumps(
+            {
+                "calls": len(ends),
+                "steady_calls_per_second": steady,
+                "wall_seconds": time.monotonic() - started,
+                "cpu_seconds": cpu,
+            }
+        )
+    )
+
+
+# ---------------------------------------------------------------------------- orchestration
+
+
+def _broker_pid() -> int | None:
+    """The local Kafka broker's process (for its CPU ticks), if one runs on this machine."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"java" in cmdline and (b"kafka.Kafka" in cmdline or b"KafkaRaftServer" in cmdline):
+            return int(entry.name)
+    return None
+
+
+def _ticks(pid: int | None) -> int | None:
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime + stime, clock ticks
+
+
+async def _backlog(bootstrap: str, prefix: str, calls: int, partitions: int) -> None:
+    from processor.core.events import encode, turn_key  # noqa: PLC0415
+    from tests.integration.conftest import Runtime, turn_started  # noqa: PLC0415
+    from tests.integration.test_executor_fence import make_dispatch  # noqa: PLC0415
+
+    rt = Runtime(bootstrap, prefix, Path(tempfile.mkdtemp()), partitions)
+    await rt.create_topics()
+    producer = await rt.producer()
+    sends = []
+    for n in range(calls):
+        turn = f"t{n}"
+        event = turn_started("acme", turn)
+        key = turn_key("acme", turn).encode()
+        sends.append(await producer.send(rt.topics.control, encode(event), key=key))
+        dispatch = make_dispatch("acme", turn, "call_0")
+        sends.append(await producer.send(rt.topics.dispatch, encode(dispatch), key=key))
+    await asyncio.gather(*sends)
+    await producer.stop()
+
+
+async def _drop(bootstrap: str, prefix: str, partitions: int) -> None:
+    from tests.integration.conftest import Runtime  # noqa: PLC0415
+
+    rt = Runtime(bootstrap, prefix, Path(tempfile.mkdtemp()), partitions)
+    await rt.close()
+
+
+def _contend(args: argparse.Namespace, prefix: str, contender: str, handler: str) -> dict[str, Any]:
+    broker = _broker_pid()
+    before = _ticks(broker)
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--contender",
+            contender,
+            "--handler",
+            handler,
+            "--prefix",
+            prefix,
+            "--calls",
+            str(args.calls),
+            "--partitions",
+            str(args.partitions),
+            "--in-flight",
+            str(args.in_flight),
+            "--bootstrap",
+            args.bootstrap,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{contender}/{handler} failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    after = _ticks(broker)
+    if before is not None and after is not None:
+        result["broker_cpu_seconds"] = (after - before) / os.sysconf("SC_CLK_TCK")
+    return result
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "calls": args.calls,
+        "partitions": args.partitions,
+        "in_flight": args.in_flight,
+        "repeat": args.repeat,
+        "runs": {},
+    }
+    for handler in HANDLERS:
+        for _ in range(args.repeat):
+            prefix = f"bx{uuid.uuid4().hex[:8]}."
+            asyncio.run(_backlog(args.bootstrap, prefix, args.calls, args.partitions))
+            try:
+                for contender in ("plain", "executor"):  # side by side, the same backlog
+                    run = _contend(args, prefix, contender, handler)
+                    out["runs"].setdefault(f"{handler}/{contender}", []).append(run)
+                    print(f"{handler}/{contender}: {json.dumps(run)}", flush=True)
+            finally:
+                asyncio.run(_drop(args.bootstrap, prefix, args.partitions))
+    out["summary"] = {
+        handler: _compare(out["runs"][f"{handler}/plain"], out["runs"][f"{handler}/executor"])
+        for handler in HANDLERS
+    }
+    return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def _per_call(runs: list[dict[str, Any]], key: str) -> float | None:
+    got = [r[key] / r["calls"] for r in runs if key in r]
+    return _median(got) * 1000 if got else None
+
+
+def _compare(plain_runs: list[dict[str, Any]], exec_runs: list[dict[str, Any]]) -> dict[str, Any]:
+    p = _median([r["steady_calls_per_second"] for r in plain_runs])
+    e = _median([r["steady_calls_per_second"] for r in exec_runs])
+    return {
+        "plain_calls_per_second": p,
+        "executor_calls_per_second": e,
+        "ratio": e / p,
+        "plain_cpu_ms_per_call": _per_call(plain_runs, "cpu_seconds"),
+        "executor_cpu_ms_per_call": _per_call(exec_runs, "cpu_seconds"),
+        "plain_broker_cpu_ms_per_call": _per_call(plain_runs, "broker_cpu_seconds"),
+        "executor_broker_cpu_ms_per_call": _per_call(exec_runs, "broker_cpu_seconds"),
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f} ms"
+
+    lines = [
+        f"A backlog of {result['calls']} calls over {result['partitions']} `dispatch` "
+        f"partitions, up to {result['in_flight']} calls in flight, {result['repeat']} run(s) "
+        "per contender (medians), plain consumer and executor side by side on the same backlog.",
+        "",
+        "| handler | plain consumer, steady calls/s | one executor, steady calls/s | ratio | "
+        "CPU per call, plain / executor | broker CPU per call, plain / executor |",
+        "|---|---|---|---|---|---|",
+    ]
+    names = {"noop": "returns at once", "sleep": "`await asyncio.sleep(0.1)`"}
+    for handler, s in result["summary"].items():
+        lines.append(
+            f"| {names[handler]} | {s['plain_calls_per_second']:,.0f} "
+            f"| {s['executor_calls_per_second']:,.0f} | {s['ratio']:.2f} "
+            f"| {ms(s['plain_cpu_ms_per_call'])} / {ms(s['executor_cpu_ms_per_call'])} "
+            f"| {ms(s['plain_broker_cpu_ms_per_call'])} / "
+            f"{ms(s['executor_broker_cpu_ms_per_call'])} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per contender run")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the results JSON")
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    )
+    parser.add_argument("--contender", choices=("plain", "executor"), help=argparse.SUPPRESS)
+    parser.add_argument("--handler", choices=tuple(HANDLERS), help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.contender is not None:
+        contender_main(args)
+        return None
+    result = measure(args)
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"], indent=2))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
