@@ -94,7 +94,7 @@ from processor.executor.records import EntryState
 from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime import hanging
-from processor.runtime.clients import discard_producer, stop_consumer
+from processor.runtime.clients import committed_reader, discard_producer, stop_consumer
 from processor.runtime.topics import partition_counts
 
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStalled", "ExecutorStats"]
@@ -163,6 +163,15 @@ class ExecutorClient(Claims):
                 f"found {counts.get(topics.executions)}",
             )
         await self._barrier.start()
+        admin = committed_reader(
+            self.settings, client_id=f"{self.settings.client_id}-executor-admin"
+        )
+        try:
+            await admin.start()
+        except BaseException:
+            await self._barrier.stop()
+            raise
+        self._admin = admin
         consumer = AIOKafkaConsumer(
             **self.settings.kafka_client_kwargs(),
             group_id=self.group,
@@ -179,6 +188,7 @@ class ExecutorClient(Claims):
             consumer.subscribe([topics.dispatch], listener=_Listener(self))
         except BaseException:
             await consumer.stop()
+            await self._stop_admin()
             await self._barrier.stop()
             raise
         self._consumer = consumer
@@ -221,8 +231,15 @@ class ExecutorClient(Claims):
         if consumer is not None:
             with contextlib.suppress(Exception):
                 await stop_consumer(consumer)
+        await self._stop_admin()
         await self._barrier.stop()
         log.info("executor stopped", extra=fields(executor_id=self.executor_id))
+
+    async def _stop_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                await stop_consumer(admin)
 
     def request_stop(self, *, abandon: bool = False) -> None:
         """Ask :meth:`run` to return after the fetch in hand (signal-safe). ``abandon``: the
@@ -405,22 +422,26 @@ class ExecutorClient(Claims):
     # ------------------------------------------------------------------ rebalance
 
     async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        """Take the assigned partitions, side by side (each has its own transactional id and
+        ledger partition)."""
+        tps = sorted(
+            (tp for tp in assigned if tp.topic == self.topics.dispatch), key=lambda t: t.partition
+        )
         async with self._lock:
-            for tp in sorted(assigned, key=lambda t: t.partition):
-                if tp.topic != self.topics.dispatch:
-                    continue
-                previous = self._owned.pop(tp.partition, None)
-                try:
-                    if previous is not None:
-                        await self._abortable(self._release(previous))
-                    self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
-                except _Abandoned:
-                    if previous is not None:
-                        await discard_producer(previous.producer)
-                    break
-                except Exception as exc:  # aiokafka swallows listener errors: retry here
-                    self._retry_take(tp, exc)
+            await asyncio.gather(*(self._take_assigned(tp) for tp in tps))
         self.assigned.set()
+
+    async def _take_assigned(self, tp: TopicPartition) -> None:
+        previous = self._owned.pop(tp.partition, None)
+        try:
+            if previous is not None:
+                await self._abortable(self._release(previous))
+            self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
+        except _Abandoned:
+            if previous is not None:
+                await discard_producer(previous.producer)
+        except Exception as exc:  # aiokafka swallows listener errors: retry here
+            self._retry_take(tp, exc)
 
     async def _abortable(self, work: Coroutine[Any, Any, _T]) -> _T:
         """Run a take or release that waits on the broker, so that abandoning the broker
@@ -518,6 +539,7 @@ class ExecutorClient(Claims):
                 partition,
                 self.group,
                 timeout=self.settings.restore_timeout_seconds,
+                offsets=self._admin,
             )
         except BaseException:
             await discard_producer(producer)  # nothing to flush; bounded with the broker gone

@@ -189,6 +189,9 @@ class ClientState:
         self._retention = settings.limits.retention_seconds
         self._barrier = ControlBarrier(settings, self._new_fence)
         self._consumer: AIOKafkaConsumer | None = None
+        # a consumer never assigned: its client asks the transaction coordinator for a take,
+        # with no long-polled fetch ahead of the request on its connection
+        self._admin: AIOKafkaConsumer | None = None
         self._owned: dict[int, _Owned] = {}
         # partition → what its last unfinished fence read (hanging.across_retries)
         self._fenced_before: dict[int, Previous | None] = {}

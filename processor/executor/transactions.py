@@ -58,15 +58,17 @@ class Transactions(ClientState):
         sent, or a take does not know how the last owner ended); the fence waits until the
         coordinator decides it (:func:`processor.runtime.hanging.decided_previous`)."""
         transactional_id = f"{self.group}.executor.{partition}"
-        consumer = self._consumer  # how the coordinator left the id, before InitProducerId
+        # how the coordinator left the id, before InitProducerId; asked on a client of its own:
+        # on the group consumer's, it waits behind the pending long-polled fetch (~0.5 s a take)
+        admin = self._admin if self._admin is not None else self._consumer
         previous = (
             await hanging.decided_previous(
-                consumer._client,
+                admin._client,
                 transactional_id,
                 in_doubt=in_doubt,
                 bound=self.settings.transaction_timeout_ms / 1000 + _COORDINATOR_ABORT_S,
             )
-            if consumer is not None
+            if admin is not None
             else None
         )
         # a try whose InitProducerId went through unanswered left the id Empty
