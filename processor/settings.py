@@ -219,6 +219,9 @@ class Settings(BaseSettings):
     # a released partition (revoke, stop) waits this long for its running handlers; the rest
     # are cancelled and reported ``unknown`` (never run again)
     executor_release_wait_seconds: float = Field(default=10.0, gt=0)
+    # a running call whose turn is stopped (turn.cancelled, quarantine, tool disable, tenant
+    # stop) is told so at once (Call.stop), and cancelled this long after if it still runs
+    executor_stop_grace_seconds: float = Field(default=5.0, ge=0)
     # local state stores (processor.runtime.store): one RocksDB per partition under this folder,
     # so a restart restores only the changelog tail after each store's checkpoint; unset, every
     # assignment restores from the changelog in full. Its block cache, per partition, in MiB.

@@ -331,7 +331,14 @@ class Claims(Running):
                 owned.entries[candidate.dispatch.dispatch_id] = refused.entry
                 self._refused(refused)
                 continue
-            self._start(owned, candidate.dispatch, candidate.headers, candidate.registration, claim)
+            self._start(
+                owned,
+                candidate.dispatch,
+                candidate.headers,
+                candidate.registration,
+                claim,
+                requirements=candidate.requirements,
+            )
         if claimed:
             self._in_flight.finished.set()  # refusals after claims are written promptly too
 

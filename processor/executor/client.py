@@ -102,6 +102,8 @@ __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStalled", "ExecutorStats"
 log = logging.getLogger(__name__)
 
 
+# how often the control partitions of running calls are read for a stop (_tell_stopped)
+_STOP_WATCH_SECONDS: Final = 0.2
 _RELEASE_SECONDS: Final = 10.0  # a released producer's flush (stop) at most; then discarded
 
 
@@ -310,6 +312,7 @@ class ExecutorClient(Claims):
         flush_seconds = self.settings.executor_flush_interval_ms / 1000
         fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
         ends_due: float | None = None  # when the ends that finished are to be written
+        next_watch = 0.0  # when the running calls' turns are checked again (_tell_stopped)
         try:
             while not self._stopping.is_set():
                 if not in_flight.free():
@@ -358,6 +361,10 @@ class ExecutorClient(Claims):
                     self._progress("writing the ends of finished calls")
                     async with self._lock:
                         await self._flush_many(set(), ends=True)
+                if in_flight.running and time.monotonic() >= next_watch:
+                    next_watch = time.monotonic() + _STOP_WATCH_SECONDS
+                    self._progress("reading control for the running calls")
+                    await self._tell_stopped()
                 self._progress("polling")
         finally:
             stop_wait.cancel()

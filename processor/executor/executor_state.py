@@ -31,10 +31,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from processor.core.authn import CommandVerifier
 from processor.core.errors import ConfigurationError
+from processor.core.events import Dispatch
 from processor.core.registry import Registry
 from processor.executor.barrier import ControlBarrier
-from processor.executor.fence import FenceState
-from processor.executor.handlers import Handlers
+from processor.executor.fence import FenceState, Refusal, Requirements
+from processor.executor.handlers import Call, Handlers
 from processor.executor.inflight import InFlight
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
 from processor.observability import metrics
@@ -127,6 +128,18 @@ class _Owned:
     # claimed calls not written yet: the next transaction of the partition writes them all
     running: set[asyncio.Task[None]] = field(default_factory=set)
     finished: list[_Finished] = field(default_factory=list)
+    calls: dict[str, _RunningCall] = field(default_factory=dict)  # by dispatch id
+
+
+@dataclass
+class _RunningCall:
+    """A claimed call whose handler runs: what the stop watch checks, and how it is told."""
+
+    dispatch: Dispatch
+    requirements: Requirements
+    call: Call
+    task: asyncio.Task[None] | None = None
+    stopped_by: Refusal | None = None  # the fence's verdict that told it to stop
 
 
 @dataclass(frozen=True)
