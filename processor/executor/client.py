@@ -38,6 +38,9 @@ executor killed in the window above) is reported ``unknown`` by the next owner, 
 A slow or hung handler holds up no other call (its timeout ends it); with every slot taken the
 consumer is paused, the loop goes on. A revoke or a stop waits for the partition's running
 handlers up to ``executor_release_wait_seconds`` (10 s), then cancels the rest (``unknown``).
+While calls run, their control partitions are read every 0.2 s: a call whose turn was stopped
+since it started is told (``Call.stop``) and cancelled ``executor_stop_grace_seconds`` later
+(:meth:`Running._tell_stopped`).
 
 Results go to ``<prefix>results`` (:class:`~processor.executor.records.ExecutionResult`);
 refusals, failures and unknown outcomes also go to ``status`` as what the user may be told. The
@@ -47,9 +50,10 @@ Nothing here logs, counts or writes argument values.
 Where the parts live. This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the
 consumer loop (``run``: fetch, claim and start under the lock; the ends of finished calls
 written as they come; the back-pressure of the in-flight bound) and
-rebalances (taking a partition: a new transactional producer, the ledger restored, unfinished
-claims reported ``unknown``; releasing it; retrying a failed take; taking it back after a fence
-that no rebalance follows), and the stall watchdog beside the loop. It must not decide about a
+rebalances (taking the partitions of an assignment side by side: a new transactional producer
+each, the ledger restored, unfinished claims reported ``unknown``; releasing one; retrying a
+failed take; taking one back after a fence that no rebalance follows), and the stall watchdog
+beside the loop. It must not decide about a
 record. :class:`ExecutorClient` is one object built in layers, each a base of
 the next and calling only the layers below it (why layers and not collaborators:
 :mod:`processor.executor.executor_state`):
