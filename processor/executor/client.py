@@ -67,6 +67,13 @@ the next and calling only the layers below it (why layers and not collaborators:
 * :mod:`~processor.executor.claims`: a fetch through steps 1-5 above (skip, refuse, claim, start).
 
 The in-flight bound is a part of its own (:class:`~processor.executor.inflight.InFlight`).
+
+Why one module: the loop and the rebalance callbacks interleave under one lock over one
+partition table (a revoke waits for the fetch in hand, then for the partition's running calls,
+then writes their ends; a take fences, restores and reports while the loop waits), and that
+interleaving is read in one place. Splitting it off as one more layer would deepen the stack
+issue 39 (item 5) asks to replace with parts of explicit state (loop, claim ledger, runner,
+barrier); that is where it is to be split.
 """
 
 from __future__ import annotations
