@@ -11,6 +11,9 @@ own, in a process of its own:
 - **executor**: one :class:`~processor.executor.client.ExecutorClient` (``max_in_flight`` =
   ``--in-flight``): the fence, the claims, the handler, the outcomes.
 
+Then **two executors** of one group (processes of their own, both owning their partitions
+before the backlog appears, written in one transaction) drain a backlog of their own.
+
 Handlers: ``noop`` (returns at once) and ``sleep`` (``await asyncio.sleep(0.1)``, an I/O-bound
 tool). Steady calls/s: the calls whose handler ended between the 10th and the 90th percentile
 of handler end times, over that interval (start-up and take excluded). CPU: the contender
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -150,6 +154,48 @@ async def executor(settings: Any, calls: int, seconds: float, limit: int) -> lis
     return ends
 
 
+async def member(
+    settings: Any, seconds: float, limit: int, group: str, status: Path
+) -> list[float]:
+    """One of two executors of one group: runs until SIGTERM, writing ``owned calls`` to
+    ``status`` every 0.1 s (the parent writes the backlog once both own their partitions)."""
+    import signal  # noqa: PLC0415
+
+    from processor.core.authn import AllowUnsigned  # noqa: PLC0415
+    from processor.executor.client import ExecutorClient  # noqa: PLC0415
+    from processor.executor.handlers import Handlers  # noqa: PLC0415
+
+    ends: list[float] = []
+    handlers = Handlers()
+    handlers.register("get_weather", _handler(seconds, ends), requires_confirmation=False)
+    client = ExecutorClient(
+        settings, handlers, verifier=AllowUnsigned(), group=group, max_in_flight=limit
+    )
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await client.start()
+    task = asyncio.create_task(client.run())
+    try:
+        while not stop.is_set():
+            if task.done():
+                task.result()
+                raise RuntimeError("the executor stopped")
+            status.write_text(f"{len(client.owned_partitions())} {len(ends)}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+    finally:
+        client.request_stop()
+        await asyncio.wait({task}, timeout=60)
+        await client.stop()
+    return ends
+
+
+def _steady(ends: list[float]) -> float:
+    ends = sorted(ends)
+    lo, hi = ends[len(ends) // 10], ends[(len(ends) * 9) // 10]
+    return ((len(ends) * 9) // 10 - len(ends) // 10) / (hi - lo) if hi > lo else float("inf")
+
+
 def contender_main(args: argparse.Namespace) -> None:
     """In a process of its own: drain the backlog, print one JSON line."""
     from processor.settings import Settings  # noqa: PLC0415
@@ -162,25 +208,26 @@ def contender_main(args: argparse.Namespace) -> None:
         transaction_timeout_ms=5000,
         commit_timeout_seconds=4,
     )
-    run = plain if args.contender == "plain" else executor
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
-    ends = asyncio.run(run(settings, args.calls, HANDLERS[args.handler], args.in_flight))
+    seconds = HANDLERS[args.handler]
+    if args.contender == "member":
+        ends = asyncio.run(member(settings, seconds, args.in_flight, args.group, args.status))
+    else:
+        run = plain if args.contender == "plain" else executor
+        ends = asyncio.run(run(settings, args.calls, seconds, args.in_flight))
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    ends.sort()
-    lo, hi = ends[len(ends) // 10], ends[(len(ends) * 9) // 10]
-    steady = ((len(ends) * 9) // 10 - len(ends) // 10) / (hi - lo) if hi > lo else float("inf")
-    print(
-        json.dumps(
-            {
-                "calls": len(ends),
-                "steady_calls_per_second": steady,
-                "wall_seconds": time.monotonic() - started,
-                "cpu_seconds": cpu,
-            }
-        )
-    )
+    line: dict[str, Any] = {
+        "calls": len(ends),
+        "wall_seconds": time.monotonic() - started,
+        "cpu_seconds": cpu,
+    }
+    if args.contender == "member":
+        line["ends"] = ends
+    else:
+        line["steady_calls_per_second"] = _steady(ends)
+    print(json.dumps(line))
 
 
 # ---------------------------------------------------------------------------- orchestration
@@ -210,24 +257,44 @@ def _ticks(pid: int | None) -> int | None:
     return int(fields[11]) + int(fields[12])  # utime + stime, clock ticks
 
 
-async def _backlog(bootstrap: str, prefix: str, calls: int, partitions: int) -> None:
+async def _backlog(
+    bootstrap: str, prefix: str, calls: int, partitions: int, *, create: bool = True
+) -> None:
+    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+
     from processor.core.events import encode, turn_key  # noqa: PLC0415
     from tests.integration.conftest import Runtime, turn_started  # noqa: PLC0415
     from tests.integration.test_executor_fence import make_dispatch  # noqa: PLC0415
 
     rt = Runtime(bootstrap, prefix, Path(tempfile.mkdtemp()), partitions)
-    await rt.create_topics()
-    producer = await rt.producer()
-    sends = []
-    for n in range(calls):
-        turn = f"t{n}"
-        event = turn_started("acme", turn)
-        key = turn_key("acme", turn).encode()
-        sends.append(await producer.send(rt.topics.control, encode(event), key=key))
-        dispatch = make_dispatch("acme", turn, "call_0")
-        sends.append(await producer.send(rt.topics.dispatch, encode(dispatch), key=key))
-    await asyncio.gather(*sends)
-    await producer.stop()
+    if create:
+        await rt.create_topics()
+    # one transaction: the whole backlog appears at once to read_committed consumers already
+    # running (the pair), not at the rate it is written
+    producer = AIOKafkaProducer(
+        **rt.settings.kafka_client_kwargs(), transactional_id=f"{prefix}backlog"
+    )
+    await producer.start()
+    try:
+        await producer.begin_transaction()
+        sends = []
+        for n in range(calls):
+            turn = f"t{n}"
+            event = turn_started("acme", turn)
+            key = turn_key("acme", turn).encode()
+            sends.append(await producer.send(rt.topics.control, encode(event), key=key))
+            dispatch = make_dispatch("acme", turn, "call_0")
+            sends.append(await producer.send(rt.topics.dispatch, encode(dispatch), key=key))
+        await asyncio.gather(*sends)
+        await producer.commit_transaction()
+    finally:
+        await producer.stop()
+
+
+async def _topics(bootstrap: str, prefix: str, partitions: int) -> None:
+    from tests.integration.conftest import Runtime  # noqa: PLC0415
+
+    await Runtime(bootstrap, prefix, Path(tempfile.mkdtemp()), partitions).create_topics()
 
 
 async def _drop(bootstrap: str, prefix: str, partitions: int) -> None:
@@ -241,24 +308,7 @@ def _contend(args: argparse.Namespace, prefix: str, contender: str, handler: str
     broker = _broker_pid()
     before = _ticks(broker)
     out = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--contender",
-            contender,
-            "--handler",
-            handler,
-            "--prefix",
-            prefix,
-            "--calls",
-            str(args.calls),
-            "--partitions",
-            str(args.partitions),
-            "--in-flight",
-            str(args.in_flight),
-            "--bootstrap",
-            args.bootstrap,
-        ],
+        _command(args, prefix, contender, handler),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -269,6 +319,89 @@ def _contend(args: argparse.Namespace, prefix: str, contender: str, handler: str
         raise RuntimeError(f"{contender}/{handler} failed:\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     after = _ticks(broker)
+    if before is not None and after is not None:
+        result["broker_cpu_seconds"] = (after - before) / os.sysconf("SC_CLK_TCK")
+    return result
+
+
+def _command(args: argparse.Namespace, prefix: str, contender: str, handler: str) -> list[str]:
+    return [
+        sys.executable,
+        __file__,
+        "--contender",
+        contender,
+        "--handler",
+        handler,
+        "--prefix",
+        prefix,
+        "--calls",
+        str(args.calls),
+        "--partitions",
+        str(args.partitions),
+        "--in-flight",
+        str(args.in_flight),
+        "--bootstrap",
+        args.bootstrap,
+    ]
+
+
+def _pair(args: argparse.Namespace, handler: str) -> dict[str, Any]:
+    """Two executors of one group: both started and owning their partitions before the
+    backlog is written (no rebalance while it drains); stopped once every call ran."""
+    prefix = f"bx{uuid.uuid4().hex[:8]}."
+    asyncio.run(_topics(args.bootstrap, prefix, args.partitions))
+    folder = Path(tempfile.mkdtemp())
+    group = f"pair-{uuid.uuid4().hex[:8]}"
+    procs = []
+    broker = _broker_pid()
+    try:
+        for n in range(2):
+            status = folder / f"member{n}"
+            command = _command(args, prefix, "member", handler)
+            command += ["--group", group, "--status", str(status)]
+            procs.append(
+                (subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True), status)
+            )
+
+        def counts() -> list[tuple[int, int]]:
+            got = []
+            for proc, status in procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"an executor of the pair exited {proc.returncode}")
+                text = status.read_text() if status.exists() else "0 0"
+                owned, done = (int(x) for x in (text.split() or ["0", "0"]))
+                got.append((owned, done))
+            return got
+
+        deadline = time.monotonic() + args.timeout
+        while not all(o for o, _ in counts()) or sum(o for o, _ in counts()) < args.partitions:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the pair never owned every partition")
+            time.sleep(0.1)
+        before = _ticks(broker)
+        asyncio.run(_backlog(args.bootstrap, prefix, args.calls, args.partitions, create=False))
+        while sum(d for _, d in counts()) < args.calls:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the pair did not run every call in time")
+            time.sleep(0.1)
+        after = _ticks(broker)
+        outs = []
+        for proc, _ in procs:
+            proc.terminate()
+            out, _ = proc.communicate(timeout=120)
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+        asyncio.run(_drop(args.bootstrap, prefix, args.partitions))
+    ends = [end for out in outs for end in out["ends"]]
+    result: dict[str, Any] = {
+        "calls": len(ends),
+        "steady_calls_per_second": _steady(ends),
+        "cpu_seconds": sum(out["cpu_seconds"] for out in outs),
+        "calls_per_member": [out["calls"] for out in outs],
+    }
     if before is not None and after is not None:
         result["broker_cpu_seconds"] = (after - before) / os.sysconf("SC_CLK_TCK")
     return result
@@ -293,10 +426,22 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"{handler}/{contender}: {json.dumps(run)}", flush=True)
             finally:
                 asyncio.run(_drop(args.bootstrap, prefix, args.partitions))
+            pair = _pair(args, handler)  # two executors of one group, on a backlog of their own
+            out["runs"].setdefault(f"{handler}/two executors", []).append(pair)
+            print(f"{handler}/two executors: {json.dumps(pair)}", flush=True)
     out["summary"] = {
         handler: _compare(out["runs"][f"{handler}/plain"], out["runs"][f"{handler}/executor"])
+        | {
+            "two_executors_calls_per_second": _median(
+                [r["steady_calls_per_second"] for r in out["runs"][f"{handler}/two executors"]]
+            )
+        }
         for handler in HANDLERS
     }
+    for s in out["summary"].values():
+        s["two_executors_vs_one"] = (
+            s["two_executors_calls_per_second"] / s["executor_calls_per_second"]
+        )
     return out
 
 
@@ -334,8 +479,9 @@ def markdown(result: dict[str, Any]) -> str:
         "per contender (medians), plain consumer and executor side by side on the same backlog.",
         "",
         "| handler | plain consumer, steady calls/s | one executor, steady calls/s | ratio | "
-        "CPU per call, plain / executor | broker CPU per call, plain / executor |",
-        "|---|---|---|---|---|---|",
+        "CPU per call, plain / executor | broker CPU per call, plain / executor "
+        "| two executors, steady calls/s (/ one) |",
+        "|---|---|---|---|---|---|---|",
     ]
     names = {"noop": "returns at once", "sleep": "`await asyncio.sleep(0.1)`"}
     for handler, s in result["summary"].items():
@@ -344,7 +490,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {s['executor_calls_per_second']:,.0f} | {s['ratio']:.2f} "
             f"| {ms(s['plain_cpu_ms_per_call'])} / {ms(s['executor_cpu_ms_per_call'])} "
             f"| {ms(s['plain_broker_cpu_ms_per_call'])} / "
-            f"{ms(s['executor_broker_cpu_ms_per_call'])} |"
+            f"{ms(s['executor_broker_cpu_ms_per_call'])} "
+            f"| {s['two_executors_calls_per_second']:,.0f} ({s['two_executors_vs_one']:.2f}x) |"
         )
     return "\n".join(lines)
 
@@ -360,9 +507,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument(
         "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     )
-    parser.add_argument("--contender", choices=("plain", "executor"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--contender", choices=("plain", "executor", "member"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--handler", choices=tuple(HANDLERS), help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    parser.add_argument("--group", help=argparse.SUPPRESS)
+    parser.add_argument("--status", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.contender is not None:
         contender_main(args)
