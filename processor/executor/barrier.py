@@ -128,37 +128,58 @@ class ControlBarrier:
 
     async def sync_many(self, partitions: list[int], timeout: float) -> dict[int, FenceState]:
         """Apply each of ``partitions`` up to its current end offset, the end offsets asked in
-        ONE ListOffsets request (the calls of a fetch share it); their fence states."""
+        ONE ListOffsets request (the calls of a fetch share it); their fence states.
+
+        Records the reader holds for the other partitions are applied too, before and after:
+        while any partition's records wait unread in the reader, aiokafka sends its broker no
+        new fetch for up to 100 ms (its prefetch back-off), so a partition read on demand
+        waited for that every time another one had records: ~90 ms a sync under a steady
+        trickle of calls, the executor's bound below 100 calls/s."""
         consumer, offsets = self._consumer, self._offsets
         if consumer is None or offsets is None:
             raise RuntimeError("ControlBarrier.start() was not awaited")
         deadline = time.monotonic() + timeout
-
-        def applier(state: FenceState) -> Callable[[ConsumerRecord], None]:
-            def apply(record: ConsumerRecord) -> None:
-                if record.value is None:
-                    return
-                # the broker's append time: control uses LogAppendTime (processor.runtime.topics)
-                outcome = state.apply_record(record.value, record.timestamp / 1000.0)
-                self.applied[outcome] += 1
-                metrics.EXECUTOR_CONTROL_RECORDS.labels(outcome.value).inc()
-
-            return apply
-
         tps = [TopicPartition(self.topic, p) for p in dict.fromkeys(partitions)]
         async with self._lock:
+            await self._apply_held(consumer)
             ends = await offsets.end_offsets(tps)
             for tp in tps:
-                state = self._states[tp.partition]
                 done = await read_to_end(
-                    consumer, tp, ends[tp], applier(state), deadline=deadline, max_records=1000
+                    consumer,
+                    tp,
+                    ends[tp],
+                    self._applier(tp.partition),
+                    deadline=deadline,
+                    max_records=1000,
                 )
                 if not done:
                     position = await consumer.position(tp)
                     raise BarrierTimeout(
                         detail=f"{self.topic}[{tp.partition}] at {position}, end {ends[tp]}"
                     )
+            await self._apply_held(consumer)
         return {tp.partition: self._states[tp.partition] for tp in tps}
+
+    async def _apply_held(self, consumer: AIOKafkaConsumer) -> None:
+        """Apply, in order, whatever records the reader already holds, of any partition."""
+        while batches := await consumer.getmany(timeout_ms=0, max_records=1000):
+            for tp, records in batches.items():
+                apply = self._applier(tp.partition)
+                for record in records:
+                    apply(record)
+
+    def _applier(self, partition: int) -> Callable[[ConsumerRecord], None]:
+        state = self._states[partition]
+
+        def apply(record: ConsumerRecord) -> None:
+            if record.value is None:
+                return
+            # the broker's append time: control uses LogAppendTime (processor.runtime.topics)
+            outcome = state.apply_record(record.value, record.timestamp / 1000.0)
+            self.applied[outcome] += 1
+            metrics.EXECUTOR_CONTROL_RECORDS.labels(outcome.value).inc()
+
+        return apply
 
     def forget(self, horizon: float) -> int:
         return sum(state.forget(horizon) for state in self._states.values())
