@@ -15,7 +15,9 @@ Then **two executors** of one group (processes of their own, both owning their p
 before the backlog appears, written in one transaction) drain a backlog of their own.
 
 Handlers: ``noop`` (returns at once) and ``sleep`` (``await asyncio.sleep(0.1)``, an I/O-bound
-tool). Steady calls/s: the calls whose handler ended between the 10th and the 90th percentile
+tool). And **latency**: dispatch records written at a steady ``--rate`` (200/s) for 10 s, one
+executor with the no-op handler: p50 and p99 from a record's acknowledgement to its handler's
+start. Steady calls/s: the calls whose handler ended between the 10th and the 90th percentile
 of handler end times, over that interval (start-up and take excluded). CPU: the contender
 process's own (user + system, from ``getrusage``) per call, and the broker's (its process's
 ``/proc`` ticks over the contender's run) per call when a local broker process is found; the
@@ -190,6 +192,79 @@ async def member(
     return ends
 
 
+async def latency(settings: Any, rate: float, seconds: float, limit: int) -> dict[str, Any]:
+    """Dispatch records written at a steady ``rate`` for ``seconds`` (each after its turn's
+    ``turn.started`` was acknowledged), one executor with a no-op handler: from a record's
+    acknowledgement (visible: the executor reads read_committed, and these are not
+    transactional) to its handler's start, p50 and p99."""
+    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+
+    from processor.core.authn import AllowUnsigned  # noqa: PLC0415
+    from processor.core.events import encode, turn_key  # noqa: PLC0415
+    from processor.executor.client import ExecutorClient  # noqa: PLC0415
+    from processor.executor.handlers import Handlers  # noqa: PLC0415
+    from tests.integration.conftest import turn_started  # noqa: PLC0415
+    from tests.integration.test_executor_fence import make_dispatch  # noqa: PLC0415
+
+    started: dict[str, float] = {}
+    visible: dict[str, float] = {}
+
+    async def handle(call: Any) -> None:
+        started[call.dispatch_id] = time.monotonic()
+
+    handlers = Handlers()
+    handlers.register("get_weather", handle, requires_confirmation=False)
+    client = ExecutorClient(
+        settings,
+        handlers,
+        verifier=AllowUnsigned(),
+        group=f"lat-{uuid.uuid4().hex[:8]}",
+        max_in_flight=limit,
+    )
+    producer = AIOKafkaProducer(
+        **settings.kafka_client_kwargs(), enable_idempotence=True, acks="all", linger_ms=0
+    )
+    await producer.start()
+    await client.start()
+    task = asyncio.create_task(client.run())
+    try:
+        while len(client.owned_partitions()) < settings.partitions:
+            await asyncio.sleep(0.05)
+        pending = []
+        begin = time.monotonic()
+        n = 0
+        while time.monotonic() - begin < seconds:
+            turn = f"l{n}"
+            key = turn_key("acme", turn).encode()
+            control = encode(turn_started("acme", turn))
+            await producer.send_and_wait(settings.topics.control, control, key=key)
+            dispatch = make_dispatch("acme", turn, "call_0")
+            sent = await producer.send(settings.topics.dispatch, encode(dispatch), key=key)
+            sent.add_done_callback(
+                lambda _f, i=dispatch.dispatch_id: visible.__setitem__(i, time.monotonic())
+            )
+            pending.append(sent)
+            n += 1
+            await asyncio.sleep(max(0.0, begin + n / rate - time.monotonic()))
+        await asyncio.gather(*pending)
+        deadline = time.monotonic() + 60
+        while len(started) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        client.request_stop()
+        await asyncio.wait({task}, timeout=60)
+        await client.stop()
+        await producer.stop()
+    waits = sorted(1000 * (started[i] - visible[i]) for i in started if i in visible)
+    return {
+        "calls": n,
+        "started": len(started),
+        "rate": rate,
+        "p50_ms": waits[len(waits) // 2],
+        "p99_ms": waits[min(len(waits) - 1, (len(waits) * 99) // 100)],
+    }
+
+
 def _steady(ends: list[float]) -> float:
     ends = sorted(ends)
     lo, hi = ends[len(ends) // 10], ends[(len(ends) * 9) // 10]
@@ -211,6 +286,9 @@ def contender_main(args: argparse.Namespace) -> None:
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
     seconds = HANDLERS[args.handler]
+    if args.contender == "latency":
+        print(json.dumps(asyncio.run(latency(settings, args.rate, 10.0, args.in_flight))))
+        return
     if args.contender == "member":
         ends = asyncio.run(member(settings, seconds, args.in_flight, args.group, args.status))
     else:
@@ -429,6 +507,21 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             pair = _pair(args, handler)  # two executors of one group, on a backlog of their own
             out["runs"].setdefault(f"{handler}/two executors", []).append(pair)
             print(f"{handler}/two executors: {json.dumps(pair)}", flush=True)
+    for _ in range(args.repeat):  # dispatch visible -> handler start, at a steady rate
+        prefix = f"bx{uuid.uuid4().hex[:8]}."
+        asyncio.run(_topics(args.bootstrap, prefix, args.partitions))
+        try:
+            command = [*_command(args, prefix, "latency", "noop"), "--rate", str(args.rate)]
+            done = subprocess.run(
+                command, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout, check=False
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"latency failed:\n{done.stderr[-3000:]}")
+            run = json.loads(done.stdout.strip().splitlines()[-1])
+        finally:
+            asyncio.run(_drop(args.bootstrap, prefix, args.partitions))
+        out.setdefault("latency", []).append(run)
+        print(f"latency: {json.dumps(run)}", flush=True)
     out["summary"] = {
         handler: _compare(out["runs"][f"{handler}/plain"], out["runs"][f"{handler}/executor"])
         | {
@@ -438,6 +531,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         }
         for handler in HANDLERS
     }
+    if out.get("latency"):
+        out["latency_summary"] = {
+            "rate": args.rate,
+            "p50_ms": _median([r["p50_ms"] for r in out["latency"]]),
+            "p99_ms": _median([r["p99_ms"] for r in out["latency"]]),
+        }
     for s in out["summary"].values():
         s["two_executors_vs_one"] = (
             s["two_executors_calls_per_second"] / s["executor_calls_per_second"]
@@ -493,6 +592,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"{ms(s['executor_broker_cpu_ms_per_call'])} "
             f"| {s['two_executors_calls_per_second']:,.0f} ({s['two_executors_vs_one']:.2f}x) |"
         )
+    latency = result.get("latency_summary")
+    if latency:
+        lines += [
+            "",
+            f"Dispatch visible to handler start, {latency['rate']:.0f} calls/s for 10 s, one "
+            f"executor, no-op handler: p50 {latency['p50_ms']:.1f} ms, p99 "
+            f"{latency['p99_ms']:.1f} ms (medians of the runs).",
+        ]
     return "\n".join(lines)
 
 
@@ -508,10 +615,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     )
     parser.add_argument(
-        "--contender", choices=("plain", "executor", "member"), help=argparse.SUPPRESS
+        "--contender", choices=("plain", "executor", "member", "latency"), help=argparse.SUPPRESS
     )
     parser.add_argument("--handler", choices=tuple(HANDLERS), help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    parser.add_argument("--rate", type=float, default=200.0, help="calls/s of the latency run")
     parser.add_argument("--group", help=argparse.SUPPRESS)
     parser.add_argument("--status", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
