@@ -187,8 +187,9 @@ SECTIONS = [
         "transaction), time per call measured between consecutive results' timestamps, the "
         "first 10 calls left out as warm-up. *added per call*: the difference; *ratio*: "
         "through the executor / bare. *calls/s per executor*: the inverse of the time per "
-        "call, since calls of one turn run one after the other (one partition; a group scales "
-        "with dispatch partitions and members). The *no-op* figure is the same executor with "
+        "call, as long as calls of one turn ran one after the other (before issue 39; they "
+        "now run side by side, up to `--max-in-flight`, and the section's figures are from "
+        "before: see the executor throughput section). The *no-op* figure is the same executor with "
         "an in-process handler that returns at once: the executor client's own per-call cost, "
         "whatever the handler. No target: it says what an MCP tool costs, and where.",
     ),
