@@ -181,6 +181,8 @@ class Claims(Running):
         # The claims and the offsets are committed: these calls never run again in this group.
         if claimed:
             await self._start_claimed(claimed)
+        for plan in plans:  # an in-order call waited for one that was refused, or not claimed
+            self._resume_ordered(plan.owned)
         fenced = [
             (plan.owned, plan.first)
             for plan, ok in zip(plans, committed, strict=True)
@@ -195,6 +197,10 @@ class Claims(Running):
         slots left. A record that would need a slot when none is left is fetched again."""
         owned = plan.owned
         seen: set[str] = set()
+        # turns with an in-order call running or claimed ahead in this fetch
+        ordered = {
+            (rc.dispatch.tenant, rc.dispatch.turn_id) for rc in owned.calls.values() if rc.in_order
+        }
         for record in records:
             self._progress(f"dispatch partition {owned.partition} offset {record.offset}")
             next_offset = record.offset + 1
@@ -233,11 +239,22 @@ class Claims(Running):
                 )
                 plan.next_offset = next_offset
                 continue
+            turn = (dispatch.tenant, dispatch.turn_id)
+            if registration.in_order and turn in ordered:
+                # the call before it in its turn has not ended: it and the rest of the
+                # partition wait (paused, resumed by _resume_ordered), fetched again then
+                with contextlib.suppress(Exception):
+                    consumer.seek(plan.tp, record.offset)
+                    consumer.pause(plan.tp)
+                owned.ordered_wait = True
+                break
             if free <= 0:  # claim only what can start now: the rest is fetched again
                 with contextlib.suppress(Exception):
                     consumer.seek(plan.tp, record.offset)
                 break
             free -= 1
+            if registration.in_order:
+                ordered.add(turn)
             seen.add(dispatch.dispatch_id)
             plan.candidates.append(
                 _Candidate(

@@ -33,8 +33,10 @@ handlers, ``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
 
 Which calls overlap: any two, of different turns or of one turn, on one dispatch partition or
 several (calls of one response are independent by every provider's definition of parallel tool
-calls). At most once is kept by the claim: a claimed call whose outcome was not written (the
-executor killed in the window above) is reported ``unknown`` by the next owner, never run again.
+calls), except the calls of one turn of tools registered ``in_order``, which run one at a time
+in dispatch order (the rest of their partition waits with them). At most once is kept by the
+claim: a claimed call whose outcome was not written (the executor killed in the window above) is
+reported ``unknown`` by the next owner, never run again.
 A slow or hung handler holds up no other call (its timeout ends it); with every slot taken the
 consumer is paused, the loop goes on. A revoke or a stop waits for the partition's running
 handlers up to ``executor_release_wait_seconds`` (10 s), then cancels the rest (``unknown``).
@@ -329,7 +331,7 @@ class ExecutorClient(Claims):
                 if not in_flight.free():
                     in_flight.hold(consumer)
                 elif in_flight.holding:
-                    in_flight.let_go(consumer, lambda tp: tp.partition in self._retakes)
+                    in_flight.let_go(consumer, self._stays_paused)
                     if fetch is not None and not fetch.done():
                         # asked while paused: it would wait for its timeout, not the records
                         fetch.cancel()  # (a pending fetch holds no record: none is lost)
@@ -383,6 +385,12 @@ class ExecutorClient(Claims):
                 fetch.cancel()
                 with contextlib.suppress(asyncio.CancelledError, KafkaError):
                     await fetch
+
+    def _stays_paused(self, tp: TopicPartition) -> bool:
+        """Paused for another reason than the in-flight bound: a take being retried, or an
+        in-order call waiting for the one before it."""
+        owned = self._owned.get(tp.partition)
+        return tp.partition in self._retakes or (owned is not None and owned.ordered_wait)
 
     async def _flush_many(self, fetched: set[int], *, ends: bool) -> None:
         """One transaction per partition, side by side, for those with something to write:

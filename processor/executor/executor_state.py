@@ -129,6 +129,9 @@ class _Owned:
     running: set[asyncio.Task[None]] = field(default_factory=set)
     finished: list[_Finished] = field(default_factory=list)
     calls: dict[str, _RunningCall] = field(default_factory=dict)  # by dispatch id
+    # paused because an in-order call waits for the one before it (Claims._decide): resumed
+    # once no in-order call of the partition runs
+    ordered_wait: bool = False
 
 
 @dataclass
@@ -140,6 +143,7 @@ class _RunningCall:
     call: Call
     task: asyncio.Task[None] | None = None
     stopped_by: Refusal | None = None  # the fence's verdict that told it to stop
+    in_order: bool = False  # its registration's: the next call of its turn waits for it
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,11 @@ class Registration:
     ``confirmation_max_age_seconds``: how old the confirmation may be when the call runs
     (``None``: the tool's ``confirmation_ttl_seconds`` from the registry, else no limit).
     ``timeout_seconds``: a handler running longer is cancelled and the outcome is ``unknown``.
+    ``in_order``: the calls of one turn of the tools registered so run one at a time, in
+    dispatch order (a call waits until the one before it has ended). Calls otherwise overlap:
+    those of different turns always, and those of one turn too (the calls of one response are
+    independent by every provider's definition of parallel tool calls). While such a call
+    waits, so does the rest of its dispatch partition (offsets are committed in order).
     """
 
     tool: str
@@ -189,6 +194,7 @@ class Registration:
     confirmation_max_age_seconds: float | None = None
     timeout_seconds: float = 60.0
     namespace: str | None = None
+    in_order: bool = False
 
 
 class Handlers:
@@ -207,6 +213,7 @@ class Handlers:
         confirmation_max_age_seconds: float | None = None,
         timeout_seconds: float = 60.0,
         namespace: str | None = None,
+        in_order: bool = False,
     ) -> Registration:
         versions = self._by_tool.setdefault((namespace, tool), {})
         if version in versions:
@@ -223,6 +230,7 @@ class Handlers:
             confirmation_max_age_seconds=confirmation_max_age_seconds,
             timeout_seconds=timeout_seconds,
             namespace=namespace,
+            in_order=in_order,
         )
         versions[version] = registration
         return registration
@@ -236,6 +244,7 @@ class Handlers:
         confirmation_max_age_seconds: float | None = None,
         timeout_seconds: float = 60.0,
         namespace: str | None = None,
+        in_order: bool = False,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of :meth:`register`."""
 
@@ -248,6 +257,7 @@ class Handlers:
                 confirmation_max_age_seconds=confirmation_max_age_seconds,
                 timeout_seconds=timeout_seconds,
                 namespace=namespace,
+                in_order=in_order,
             )
             return handler
 

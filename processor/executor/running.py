@@ -18,12 +18,14 @@ their order, is in :mod:`processor.executor.executor_state`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
@@ -75,12 +77,33 @@ class Running(Fencing):
         requirements: Requirements,
     ) -> None:
         """Start a claimed call's handler now (its claim is committed; a slot is free)."""
-        running = _RunningCall(dispatch, requirements, Call.from_dispatch(dispatch, dict(headers)))
+        running = _RunningCall(
+            dispatch,
+            requirements,
+            Call.from_dispatch(dispatch, dict(headers)),
+            in_order=registration.in_order,
+        )
         owned.calls[dispatch.dispatch_id] = running
         task = self._in_flight.start(self._execute(owned, running, headers, registration, claim))
         running.task = task
         owned.running.add(task)
         task.add_done_callback(owned.running.discard)
+        if registration.in_order:
+            task.add_done_callback(lambda _task: self._resume_ordered(owned))
+
+    def _resume_ordered(self, owned: _Owned) -> None:
+        """Resume a partition paused for an in-order call (``Claims._decide``) once none of its
+        in-order calls runs: the waiting call is fetched again and may start."""
+        if not owned.ordered_wait or any(rc.in_order for rc in owned.calls.values()):
+            return
+        owned.ordered_wait = False
+        consumer = self._consumer
+        if consumer is None or owned.lost:
+            return
+        tp = TopicPartition(self.topics.dispatch, owned.partition)
+        with contextlib.suppress(Exception):
+            if tp in consumer.assignment():
+                consumer.resume(tp)
 
     async def _tell_stopped(self) -> None:
         """The stop watch: the control partitions of the running calls read up to their end

@@ -13,6 +13,7 @@ Overlap is asserted by the concurrency the handlers observe, never by elapsed ti
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -232,3 +233,51 @@ async def test_a_batch_killed_mid_handlers_reports_exactly_the_started_calls_unk
 
 async def _true(value: bool) -> bool:
     return value
+
+
+@pytest.mark.partitions(1)
+async def test_in_order_calls_of_one_turn_run_one_at_a_time_in_dispatch_order(
+    runtime: Runtime,
+) -> None:
+    """A tool registered ``in_order``: the calls of one turn run one after the other, in
+    dispatch order; calls of different turns still overlap."""
+    rt = runtime
+    spans: dict[str, list[tuple[int, float, float]]] = {}
+    now = {"running": 0, "most": 0}
+    handlers = Handlers()
+
+    @handlers.tool("book_slot", requires_confirmation=False, in_order=True)
+    async def book(call: Call) -> Mapping[str, Any]:
+        began = asyncio.get_running_loop().time()
+        now["running"] += 1
+        now["most"] = max(now["most"], now["running"])
+        try:
+            await asyncio.sleep(0.2)
+        finally:
+            now["running"] -= 1
+        index = int(call.key.call_id.removeprefix("call_"))
+        spans.setdefault(call.key.turn_id, []).append(
+            (index, began, asyncio.get_running_loop().time())
+        )
+        return {"ok": True}
+
+    turns = ("o1", "o2", "o3")
+    await rt.control(*(turn_started("acme", turn) for turn in turns))
+    # interleaved: o1 call_0, o2 call_0, o3 call_0, o1 call_1, ... on one partition
+    await write_dispatch(
+        rt,
+        *(
+            make_dispatch("acme", turn, f"call_{i}", tool="book_slot")
+            for i in range(4)
+            for turn in turns
+        ),
+    )
+    async with running(Executor(rt.settings, handlers, group=group_of(rt))):
+        got = await wait_results(rt.settings, 12, timeout=90)
+    assert all(r.outcome.value == "succeeded" for r in got)
+    for turn in turns:
+        ran = spans[turn]
+        assert [index for index, _, _ in ran] == [0, 1, 2, 3], (turn, ran)  # dispatch order
+        for (_, _, ended), (_, began, _) in itertools.pairwise(ran):
+            assert began >= ended, (turn, ran)  # one at a time
+    assert now["most"] >= 2  # the turns' calls overlapped one another
