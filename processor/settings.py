@@ -211,6 +211,18 @@ class Settings(BaseSettings):
     # a handler's own run time not counted) logs one line and exits 1, for its supervisor to
     # restart it (processor.executor.client); its liveness probe fails from then on
     executor_stall_timeout_seconds: float = Field(default=120.0, gt=0)
+    # handlers one executor runs at once, across its partitions and within one
+    # (processor.executor.inflight): the bound is its back-pressure (the consumer pauses)
+    executor_max_in_flight: int = Field(default=64, gt=0)
+    # finished calls' outcomes are written together, one transaction per partition at most
+    # this often (milliseconds): the window in which a finished call can still end ``unknown``
+    executor_flush_interval_ms: float = Field(default=5.0, ge=0)
+    # a released partition (revoke, stop) waits this long for its running handlers; the rest
+    # are cancelled and reported ``unknown`` (never run again)
+    executor_release_wait_seconds: float = Field(default=10.0, gt=0)
+    # a running call whose turn is stopped (turn.cancelled, quarantine, tool disable, tenant
+    # stop) is told so at once (Call.stop), and cancelled this long after if it still runs
+    executor_stop_grace_seconds: float = Field(default=5.0, ge=0)
     # local state stores (processor.runtime.store): one RocksDB per partition under this folder,
     # so a restart restores only the changelog tail after each store's checkpoint; unset, every
     # assignment restores from the changelog in full. Its block cache, per partition, in MiB.

@@ -93,7 +93,14 @@ def add_executor_flags(
     parser.add_argument("--allow-unsigned-operators", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--create-topics", action="store_true", help="create missing topics first")
     parser.add_argument("--barrier-timeout", type=float, default=30.0, help="seconds")
-    parser.add_argument("--batch-size", type=int, default=20, help="dispatch records per poll")
+    parser.add_argument(
+        "--batch-size", type=int, help="dispatch records per poll (default: --max-in-flight)"
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        help="handlers running at once (PROCESSOR_EXECUTOR_MAX_IN_FLIGHT, default 64)",
+    )
     parser.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
 
@@ -105,6 +112,7 @@ def _run_command(args: argparse.Namespace) -> int:
         tools_file=args.tools,
         keyring_file=args.keyring,
         metrics_port=args.metrics_port,
+        executor_max_in_flight=args.max_in_flight,
     )
     configure_logging(settings.log_level)
     app_dir = str(Path(args.app_dir).resolve())
@@ -254,6 +262,7 @@ def _mcp_command(args: argparse.Namespace) -> int:
         tools_file=args.tools,
         keyring_file=args.keyring,
         metrics_port=args.metrics_port,
+        executor_max_in_flight=args.max_in_flight,
     )
     configure_logging(settings.log_level)
     server = mcp_settings(args)

@@ -7,22 +7,42 @@ module:object``)::
     async with ExecutorClient(settings, handlers, group="bookings", verifier=keyring) as client:
         await client.run()
 
-Per dispatch record, in order (each dispatch partition is processed in offset order):
+Per fetch (each dispatch partition's records decided in offset order; up to ``max_in_flight``
+handlers, ``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
 
-1. Decode it; a tool this executor has no handler for belongs to another executor group and is
-   skipped; a ``dispatch_id`` already in the group's ledger is skipped (never run twice).
-2. **Fence** (:mod:`processor.executor.fence`, :mod:`processor.executor.barrier`): read the
-   control partition of the call's turn up to its current end offset and check that the turn is
-   not cancelled, the response not quarantined, the tool not disabled, the tenant not stopped, the
-   call not denied, and a required confirmation present, bound to this digest and the turn's
-   actor, and fresh. A refusal is recorded (ledger entry, result, user status, offset: one
-   transaction) and the handler never runs.
-3. **Claim** (:mod:`processor.executor.ledger`): a ``claimed`` ledger entry and the offset past
-   the record, in one transaction, before anything runs.
-4. **Fence again**, right before the handler: a cancellation that raced the claim is still seen.
-5. **Run** the handler with its timeout; record ``succeeded`` / ``failed`` (or ``unknown`` when the
-   handler timed out or the executor was stopped while it ran) with the result record, in one
-   transaction.
+1. Decode each record; a tool this executor has no handler for belongs to another executor group
+   and is skipped; a ``dispatch_id`` already in the group's ledger is skipped (never run twice).
+   Only as many calls as there are free in-flight slots go on (a claimed call starts at once);
+   the records after them are fetched again later.
+2. **Fence** (:mod:`processor.executor.fence`, :mod:`processor.executor.barrier`), once for all
+   the calls of the fetch: each control partition they need is read up to its current end
+   offset (one barrier read per partition), and each call is checked: its turn not cancelled,
+   its response not quarantined, its tool not disabled, its tenant not stopped, the call not
+   denied, and a required confirmation present, bound to this digest and the turn's actor, and
+   fresh. A refused call's handler never runs.
+3. **Claim** (:mod:`processor.executor.ledger`): per dispatch partition, ONE transaction writes a
+   ``claimed`` ledger entry for every call that passed, the refusals (ledger entry, result,
+   user status), the ends of calls that finished meanwhile, and the offset past the records,
+   before anything runs.
+4. **Fence again**, right before the handlers start, shared by the calls that start together: a
+   cancellation that raced the claims is still seen (the call's end is then a refusal).
+5. **Run** the handlers side by side (:mod:`processor.executor.inflight`), each with its timeout;
+   as they end, their outcomes (``succeeded`` / ``failed``, or ``unknown`` when the handler timed
+   out or was stopped) are written together, one transaction per partition, at most
+   ``executor_flush_interval_ms`` (5 ms) after the first of them ended plus the transaction.
+
+Which calls overlap: any two, of different turns or of one turn, on one dispatch partition or
+several (calls of one response are independent by every provider's definition of parallel tool
+calls), except the calls of one turn of tools registered ``in_order``, which run one at a time
+in dispatch order (the rest of their partition waits with them). At most once is kept by the
+claim: a claimed call whose outcome was not written (the executor killed in the window above) is
+reported ``unknown`` by the next owner, never run again.
+A slow or hung handler holds up no other call (its timeout ends it); with every slot taken the
+consumer is paused, the loop goes on. A revoke or a stop waits for the partition's running
+handlers up to ``executor_release_wait_seconds`` (10 s), then cancels the rest (``unknown``).
+While calls run, their control partitions are read every 0.2 s: a call whose turn was stopped
+since it started is told (``Call.stop``) and cancelled ``executor_stop_grace_seconds`` later
+(:meth:`Running._tell_stopped`).
 
 Results go to ``<prefix>results`` (:class:`~processor.executor.records.ExecutionResult`);
 refusals, failures and unknown outcomes also go to ``status`` as what the user may be told. The
@@ -30,10 +50,12 @@ refusals, failures and unknown outcomes also go to ``status`` as what the user m
 Nothing here logs, counts or writes argument values.
 
 Where the parts live. This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the
-consumer loop (``run``: fetch, then each partition's records in order under the lock) and
-rebalances (taking a partition: a new transactional producer, the ledger restored, unfinished
-claims reported ``unknown``; releasing it; retrying a failed take; taking it back after a fence
-that no rebalance follows), and the stall watchdog beside the loop. It must not decide about a
+consumer loop (``run``: fetch, claim and start under the lock; the ends of finished calls
+written as they come; the back-pressure of the in-flight bound) and
+rebalances (taking the partitions of an assignment side by side: a new transactional producer
+each, the ledger restored, unfinished claims reported ``unknown``; releasing one; retrying a
+failed take; taking one back after a fence that no rebalance follows), and the stall watchdog
+beside the loop. It must not decide about a
 record. :class:`ExecutorClient` is one object built in layers, each a base of
 the next and calling only the layers below it (why layers and not collaborators:
 :mod:`processor.executor.executor_state`):
@@ -43,8 +65,17 @@ the next and calling only the layers below it (why layers and not collaborators:
   with the offset;
 * :mod:`~processor.executor.fencing`: the requirements of a dispatch and the fence, after the
   control barrier;
-* :mod:`~processor.executor.running`: running a handler and recording its outcome;
-* :mod:`~processor.executor.claims`: one record through steps 1-5 above (skip, refuse, claim).
+* :mod:`~processor.executor.running`: running handlers side by side and queueing their outcomes;
+* :mod:`~processor.executor.claims`: a fetch through steps 1-5 above (skip, refuse, claim, start).
+
+The in-flight bound is a part of its own (:class:`~processor.executor.inflight.InFlight`).
+
+Why one module: the loop and the rebalance callbacks interleave under one lock over one
+partition table (a revoke waits for the fetch in hand, then for the partition's running calls,
+then writes their ends; a take fences, restores and reports while the loop waits), and that
+interleaving is read in one place. Splitting it off as one more layer would deepen the stack
+issue 39 (item 5) asks to replace with parts of explicit state (loop, claim ledger, runner,
+barrier); that is where it is to be split.
 """
 
 from __future__ import annotations
@@ -52,6 +83,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any, Final
 
@@ -68,16 +100,14 @@ from processor.executor.executor_state import (
     ExecutorStats,
     _Fenced,
     _Owned,
-    _Stopping,
     _TransactionFailed,
 )
 from processor.executor.ledger import restore_ledger_partition
 from processor.executor.records import EntryState
-from processor.observability import metrics, tracing
+from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime import hanging
-from processor.runtime.clients import discard_producer, stop_consumer
-from processor.runtime.codec import traceparent_of
+from processor.runtime.clients import committed_reader, discard_producer, stop_consumer
 from processor.runtime.topics import partition_counts
 
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStalled", "ExecutorStats"]
@@ -85,6 +115,8 @@ __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStalled", "ExecutorStats"
 log = logging.getLogger(__name__)
 
 
+# how often the control partitions of running calls are read for a stop (_tell_stopped)
+_STOP_WATCH_SECONDS: Final = 0.2
 _RELEASE_SECONDS: Final = 10.0  # a released producer's flush (stop) at most; then discarded
 
 
@@ -146,6 +178,15 @@ class ExecutorClient(Claims):
                 f"found {counts.get(topics.executions)}",
             )
         await self._barrier.start()
+        admin = committed_reader(
+            self.settings, client_id=f"{self.settings.client_id}-executor-admin"
+        )
+        try:
+            await admin.start()
+        except BaseException:
+            await self._barrier.stop()
+            raise
+        self._admin = admin
         consumer = AIOKafkaConsumer(
             **self.settings.kafka_client_kwargs(),
             group_id=self.group,
@@ -162,6 +203,7 @@ class ExecutorClient(Claims):
             consumer.subscribe([topics.dispatch], listener=_Listener(self))
         except BaseException:
             await consumer.stop()
+            await self._stop_admin()
             await self._barrier.stop()
             raise
         self._consumer = consumer
@@ -174,7 +216,9 @@ class ExecutorClient(Claims):
         )
 
     async def stop(self) -> None:
-        """Stop consuming; finish the record in hand; release every partition; leave.
+        """Stop consuming; let the running calls end (up to ``executor_release_wait_seconds``,
+        the rest cancelled and reported ``unknown``); write their ends; release every
+        partition; leave.
 
         After :meth:`request_stop` with ``abandon=True`` (the broker is gone) nothing is flushed:
         each producer is discarded, its open transaction left to be aborted by the next owner's
@@ -188,21 +232,32 @@ class ExecutorClient(Claims):
             retake.cancel()
         self._retakes.clear()
         async with self._lock:
+            if not self._abandon:  # the running calls end, up to a bound, and are recorded
+                await self._drain(list(self._owned.values()))
             for owned in list(self._owned.values()):
                 if self._abandon:
                     await discard_producer(owned.producer)
                 else:
                     await self._release(owned)
             self._owned.clear()
+        for task in list(self._in_flight.tasks):  # abandoned, or of partitions lost: unknown
+            task.cancel()  # from their claims, by the next owner
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             with contextlib.suppress(Exception):
                 await stop_consumer(consumer)
+        await self._stop_admin()
         await self._barrier.stop()
         log.info("executor stopped", extra=fields(executor_id=self.executor_id))
 
+    async def _stop_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                await stop_consumer(admin)
+
     def request_stop(self, *, abandon: bool = False) -> None:
-        """Ask :meth:`run` to return after the record in hand (signal-safe). ``abandon``: the
+        """Ask :meth:`run` to return after the fetch in hand (signal-safe). ``abandon``: the
         broker is gone, so :meth:`stop` must not try to commit anything on the way out."""
         self._abandon = self._abandon or abandon
         self._stopping.set()
@@ -259,76 +314,110 @@ class ExecutorClient(Claims):
                 return ExecutorStalled(stalled, self._step)
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
+        """Fetch, claim, start; write the ends of calls as they finish. Handlers run beside it
+        (at most ``max_in_flight``); with no slot free the consumer is paused, not the loop.
+
+        The ends of finished calls are written at most ``executor_flush_interval_ms`` after
+        the first of them, with the claims of a fetch of their partition when one comes
+        first (one transaction, not two back to back on one transactional id)."""
         stop_wait = asyncio.create_task(self._stopping.wait())
+        in_flight = self._in_flight
+        flush_seconds = self.settings.executor_flush_interval_ms / 1000
+        fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
+        ends_due: float | None = None  # when the ends that finished are to be written
+        next_watch = 0.0  # when the running calls' turns are checked again (_tell_stopped)
         try:
             while not self._stopping.is_set():
-                fetch = asyncio.create_task(
-                    consumer.getmany(timeout_ms=200, max_records=self._batch_size)
-                )
-                await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if not fetch.done():
-                    fetch.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, KafkaError):
-                        await fetch
+                if not in_flight.free():
+                    in_flight.hold(consumer)
+                elif in_flight.holding:
+                    in_flight.let_go(consumer, self._stays_paused)
+                    if fetch is not None and not fetch.done():
+                        # asked while paused: it would wait for its timeout, not the records
+                        fetch.cancel()  # (a pending fetch holds no record: none is lost)
+                        with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                            await fetch
+                        fetch = None
+                if fetch is None:
+                    most = max(1, min(self._batch_size, in_flight.free()))
+                    fetch = asyncio.create_task(consumer.getmany(timeout_ms=200, max_records=most))
+                ended = asyncio.create_task(in_flight.finished.wait())
+                wait = None if ends_due is None else max(0.0, ends_due - time.monotonic())
+                try:
+                    await asyncio.wait(
+                        {fetch, stop_wait, ended}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    ended.cancel()
+                if stop_wait.done():
                     return
-                batches = fetch.result()
-                self._progress("waiting for the lock (a take or release in progress)")
-                async with self._lock:
-                    for tp, records in batches.items():
-                        if not await self._process_partition(consumer, tp, records):
-                            return
-                    for owned in self._flush_due({tp.partition for tp in batches}):
-                        await self._flush(owned)  # kept ends of claimed calls, none fetched
+                if in_flight.finished.is_set():
+                    in_flight.finished.clear()
+                    if ends_due is None:
+                        ends_due = time.monotonic() + flush_seconds
+                    if in_flight.holding and in_flight.free():
+                        continue  # a slot is free: fetch first, the ends go with the claims
+                if fetch.done():
+                    batches, fetch = fetch.result(), None
+                    self._progress("waiting for the lock (a take or release in progress)")
+                    async with self._lock:
+                        if batches:
+                            fetched = await self._claim_fetch(consumer, batches)
+                            for owned, resume_at in fetched.fenced:
+                                self._lose(owned, resume_at)
+                            if fetched.stopping:
+                                return
+                        await self._flush_many({tp.partition for tp in batches}, ends=False)
+                    self._maybe_forget()
+                if ends_due is not None and time.monotonic() >= ends_due:
+                    ends_due = None
+                    self._progress("writing the ends of finished calls")
+                    async with self._lock:
+                        await self._flush_many(set(), ends=True)
+                if in_flight.running and time.monotonic() >= next_watch:
+                    next_watch = time.monotonic() + _STOP_WATCH_SECONDS
+                    self._progress("reading control for the running calls")
+                    await self._tell_stopped()
                 self._progress("polling")
-                self._maybe_forget()
         finally:
             stop_wait.cancel()
+            if fetch is not None and not fetch.done():
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                    await fetch
 
-    async def _process_partition(
-        self, consumer: AIOKafkaConsumer, tp: TopicPartition, records: list[ConsumerRecord]
-    ) -> bool:
-        """Process one partition's records in order; False when the executor is stopping."""
+    def _stays_paused(self, tp: TopicPartition) -> bool:
+        """Paused for another reason than the in-flight bound: a take being retried, or an
+        in-order call waiting for the one before it."""
         owned = self._owned.get(tp.partition)
-        if owned is None:  # revoked after the fetch, or its take is being retried
-            with contextlib.suppress(Exception):
-                consumer.seek(tp, records[0].offset)  # fetch them again once it is ours
-            return True
-        if owned.lost:
-            return True
-        for record in records:
-            self._progress(f"dispatch partition {tp.partition} offset {record.offset}")
-            try:
-                with tracing.span(
-                    f"process {tp.topic}",
-                    "consumer",
-                    tracing.kafka_attributes(
-                        tp.topic,
-                        "process",
-                        key=record.key,
-                        partition=tp.partition,
-                        offset=record.offset,
-                        group=self.group,
-                    ),
-                    traceparent=traceparent_of(record.headers),
-                ):
-                    if owned.unended:  # a claimed call's end first: records stay in order
-                        await self._write_unended(owned)
-                    await self._process(owned, record)
-            except _Stopping:
-                consumer.seek(tp, record.offset)
-                return False
-            except _TransactionFailed:
-                consumer.seek(tp, record.offset)  # decide it again on the next fetch
-                return True
-            except _Fenced:
-                self._lose(owned, record.offset)
-                return True
-        # on failure the records are in the ledger already; the offsets are committed later
-        await self._flush(owned)
-        return True
+        return tp.partition in self._retakes or (owned is not None and owned.ordered_wait)
+
+    async def _flush_many(self, fetched: set[int], *, ends: bool) -> None:
+        """One transaction per partition, side by side, for those with something to write:
+        with ``ends``, every partition with ends of finished calls; the fetched partitions
+        with a pending offset (records skipped) or a sweep due; the others' kept ends of
+        claimed calls and sweeps that are due (``_flush_due``)."""
+        now = time.monotonic()
+        due = {
+            owned.partition: owned
+            for owned in self._owned.values()
+            if not owned.lost
+            and (
+                (ends and owned.finished)
+                or (
+                    owned.partition in fetched
+                    and (owned.pending_offset is not None or owned.sweeps.due(now))
+                )
+            )
+        }
+        for owned in self._flush_due(fetched):
+            due.setdefault(owned.partition, owned)
+        if due:
+            await asyncio.gather(*(self._flush(owned) for owned in due.values()))
 
     async def _flush(self, owned: _Owned) -> None:
-        """Kept ends of claimed calls and the pending offset; a fence loses the partition."""
+        """Kept ends of claimed calls, finished ends and the pending offset; a fence loses the
+        partition."""
         try:
             await self._flush_offsets(owned)
         except _Fenced:
@@ -336,25 +425,49 @@ class ExecutorClient(Claims):
         except _TransactionFailed:
             pass
 
+    async def _drain(self, owned: list[_Owned]) -> None:
+        """Wait for the handlers running on these partitions, up to
+        ``executor_release_wait_seconds``; cancel the rest (their outcome is ``unknown``,
+        ``executor_stopped``: they are never run again). Their ends are then in
+        ``_Owned.finished``, for the release to write."""
+        tasks = {task for o in owned for task in o.running}
+        if not tasks:
+            return
+        self._progress(f"waiting for {len(tasks)} running calls to end")
+        await asyncio.wait(tasks, timeout=self.settings.executor_release_wait_seconds)
+        late = [task for task in tasks if not task.done()]
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning(
+                "running calls cancelled on release: outcome unknown, not run again",
+                extra=fields(calls=len(late), partitions=sorted(o.partition for o in owned)),
+            )
+            await asyncio.wait(late, timeout=_RELEASE_SECONDS)  # one that ignores it: left
+
     # ------------------------------------------------------------------ rebalance
 
     async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        """Take the assigned partitions, side by side (each has its own transactional id and
+        ledger partition)."""
+        tps = sorted(
+            (tp for tp in assigned if tp.topic == self.topics.dispatch), key=lambda t: t.partition
+        )
         async with self._lock:
-            for tp in sorted(assigned, key=lambda t: t.partition):
-                if tp.topic != self.topics.dispatch:
-                    continue
-                previous = self._owned.pop(tp.partition, None)
-                try:
-                    if previous is not None:
-                        await self._abortable(self._release(previous))
-                    self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
-                except _Abandoned:
-                    if previous is not None:
-                        await discard_producer(previous.producer)
-                    break
-                except Exception as exc:  # aiokafka swallows listener errors: retry here
-                    self._retry_take(tp, exc)
+            await asyncio.gather(*(self._take_assigned(tp) for tp in tps))
         self.assigned.set()
+
+    async def _take_assigned(self, tp: TopicPartition) -> None:
+        previous = self._owned.pop(tp.partition, None)
+        try:
+            if previous is not None:
+                await self._abortable(self._release(previous))
+            self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
+        except _Abandoned:
+            if previous is not None:
+                await discard_producer(previous.producer)
+        except Exception as exc:  # aiokafka swallows listener errors: retry here
+            self._retry_take(tp, exc)
 
     async def _abortable(self, work: Coroutine[Any, Any, _T]) -> _T:
         """Run a take or release that waits on the broker, so that abandoning the broker
@@ -431,7 +544,8 @@ class ExecutorClient(Claims):
             retake = self._retakes.pop(tp.partition, None)
             if retake is not None:
                 retake.cancel()
-        async with self._lock:  # waits for the record in hand, handler included
+        async with self._lock:  # waits for the fetch in hand; then for its running calls
+            await self._drain([o for tp in revoked if (o := self._owned.get(tp.partition))])
             for tp in revoked:
                 owned = self._owned.pop(tp.partition, None)
                 if owned is not None:
@@ -451,6 +565,7 @@ class ExecutorClient(Claims):
                 partition,
                 self.group,
                 timeout=self.settings.restore_timeout_seconds,
+                offsets=self._admin,
             )
         except BaseException:
             await discard_producer(producer)  # nothing to flush; bounded with the broker gone
@@ -461,15 +576,17 @@ class ExecutorClient(Claims):
             "dispatch partition taken",
             extra=fields(partition=partition, entries=len(entries), unfinished=len(dangling)),
         )
-        for entry in dangling:
-            try:
-                await self._record_unknown(owned, entry, "executor_interrupted")
-            except (_Fenced, _TransactionFailed) as exc:
-                await discard_producer(owned.producer)
-                raise _TakeFailed(type(exc).__name__) from None
+        try:
+            await self._record_unknown(owned, dangling, "executor_interrupted")
+        except (_Fenced, _TransactionFailed) as exc:
+            await discard_producer(owned.producer)
+            raise _TakeFailed(type(exc).__name__) from None
         return owned
 
     async def _release(self, owned: _Owned) -> None:
+        """Its running calls end (:meth:`_drain`), their ends and the offset are written, and
+        its producer stops."""
+        await self._drain([owned])
         if not owned.lost:
             with contextlib.suppress(_Fenced, _TransactionFailed):
                 await self._flush_offsets(owned)

@@ -31,10 +31,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from processor.core.authn import CommandVerifier
 from processor.core.errors import ConfigurationError
+from processor.core.events import Dispatch
 from processor.core.registry import Registry
 from processor.executor.barrier import ControlBarrier
-from processor.executor.fence import FenceState
-from processor.executor.handlers import Handlers
+from processor.executor.fence import FenceState, Refusal, Requirements
+from processor.executor.handlers import Call, Handlers
+from processor.executor.inflight import InFlight
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
 from processor.observability import metrics
 from processor.runtime.hanging import Previous, SweepSchedule
@@ -122,6 +124,34 @@ class _Owned:
     unended: dict[str, list[_Out]] = field(default_factory=dict)
     unended_failures: int = 0
     unended_retry_at: float = 0.0
+    # the handler tasks of claimed calls of this partition that run now, and the ends of
+    # claimed calls not written yet: the next transaction of the partition writes them all
+    running: set[asyncio.Task[None]] = field(default_factory=set)
+    finished: list[_Finished] = field(default_factory=list)
+    calls: dict[str, _RunningCall] = field(default_factory=dict)  # by dispatch id
+    # paused because an in-order call waits for the one before it (Claims._decide): resumed
+    # once no in-order call of the partition runs
+    ordered_wait: bool = False
+
+
+@dataclass
+class _RunningCall:
+    """A claimed call whose handler runs: what the stop watch checks, and how it is told."""
+
+    dispatch: Dispatch
+    requirements: Requirements
+    call: Call
+    task: asyncio.Task[None] | None = None
+    stopped_by: Refusal | None = None  # the fence's verdict that told it to stop
+    in_order: bool = False  # its registration's: the next call of its turn waits for it
+
+
+@dataclass(frozen=True)
+class _Finished:
+    """The end of a claimed call (ledger entry, result, status) waiting for its transaction."""
+
+    dispatch_id: str
+    outputs: list[_Out]
 
 
 class ClientState:
@@ -137,7 +167,8 @@ class ClientState:
         executor_id: str | None = None,
         registry: Registry | None = None,
         barrier_timeout_seconds: float = 30.0,
-        batch_size: int = 20,
+        batch_size: int | None = None,
+        max_in_flight: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not len(handlers):
@@ -167,11 +198,17 @@ class ClientState:
         self.assigned = asyncio.Event()
         self._verifier = verifier
         self._barrier_timeout = barrier_timeout_seconds
-        self._batch_size = batch_size
+        # handlers running at once (None: executor_max_in_flight); records per poll at most
+        # (None: as many as may run at once; never more than the free slots)
+        self._in_flight = InFlight(max_in_flight or settings.executor_max_in_flight)
+        self._batch_size = batch_size or self._in_flight.limit
         self._clock = clock
         self._retention = settings.limits.retention_seconds
         self._barrier = ControlBarrier(settings, self._new_fence)
         self._consumer: AIOKafkaConsumer | None = None
+        # a consumer never assigned: its client asks the transaction coordinator for a take,
+        # with no long-polled fetch ahead of the request on its connection
+        self._admin: AIOKafkaConsumer | None = None
         self._owned: dict[int, _Owned] = {}
         # partition → what its last unfinished fence read (hanging.across_retries)
         self._fenced_before: dict[int, Previous | None] = {}
@@ -183,10 +220,10 @@ class ClientState:
         self._broker_work: set[asyncio.Task[Any]] = set()
         self._started = False
         self._next_forget = 0.0
-        # liveness: when the loop last made progress, what it is doing, handlers running
+        # liveness: when the loop last made progress and what it is doing (handlers run
+        # beside the loop, which goes on polling and writing outcomes while they run)
         self._progress_at = time.monotonic()
         self._step = "starting"
-        self._in_handler = 0
 
     def _new_fence(self) -> FenceState:
         registry = self.registry
@@ -212,10 +249,7 @@ class ClientState:
         self._step = step
 
     def seconds_since_progress(self) -> float:
-        """Seconds since the loop last made progress; 0 while a handler runs (its own
-        timeout bounds it)."""
-        if self._in_handler:
-            return 0.0
+        """Seconds since the loop last made progress (handlers running do not hold it up)."""
         return time.monotonic() - self._progress_at
 
     def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
@@ -232,6 +266,11 @@ class ClientState:
     @property
     def barrier(self) -> ControlBarrier:
         return self._barrier
+
+    @property
+    def in_flight(self) -> InFlight:
+        """The handlers running now, the bound, and the most that ever ran at once."""
+        return self._in_flight
 
     def owned_partitions(self) -> list[int]:
         return sorted(p for p, o in self._owned.items() if not o.lost)

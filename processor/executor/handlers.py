@@ -17,6 +17,14 @@ through, with:
 - ``call.arguments`` — the validated arguments. They are hidden from ``repr`` so that logging a
   call never writes argument values.
 
+While a handler runs, ``call.stop`` (:class:`StopSignal`) is set when its turn is stopped: a
+``turn.cancelled``, a quarantine of its response, a disable of its tool or a stop of its tenant
+committed to ``control`` after the call started. A handler that can still stop cleanly awaits
+or polls it (``await call.stop.wait()``, ``call.stop.is_set()``) and raises
+``ExecutionFailed("cancelled_while_running")`` when it did nothing; one that goes on is
+cancelled after the executor's grace period (``PROCESSOR_EXECUTOR_STOP_GRACE_SECONDS``), and
+its outcome is ``unknown`` (reason ``cancelled_while_running``: it may have acted).
+
 A handler returns a small JSON object for the result record (or ``None``), or raises
 :class:`ExecutionFailed` with a code for a clean failure, or :class:`OutcomeUnknown` when it
 cannot tell whether the external side effect happened (a connection lost mid-call: the outcome
@@ -30,6 +38,7 @@ callable returning either.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -46,10 +55,35 @@ __all__ = [
     "Handlers",
     "OutcomeUnknown",
     "Registration",
+    "StopSignal",
     "load_handlers",
 ]
 
 _CODE: Final = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+class StopSignal:
+    """Set by the executor when the call's turn is stopped while its handler runs; ``reason``
+    is the fence's code (``turn_cancelled``, ``quarantined``, ``tool_disabled``,
+    ``tenant_stopped``)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.reason: str | None = None
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> str:
+        """Return once the call is told to stop: the reason."""
+        await self._event.wait()
+        return self.reason or "stopped"
+
+    def set(self, reason: str) -> None:
+        """Tell the handler to stop (the executor's; the first reason is kept)."""
+        if self.reason is None:
+            self.reason = reason
+        self._event.set()
 
 
 @dataclass(frozen=True)
@@ -67,6 +101,7 @@ class Call:
     tracestate: str | None
     arguments: Mapping[str, Any] = field(repr=False)
     namespace: str | None = None
+    stop: StopSignal = field(default_factory=StopSignal, repr=False, compare=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -145,6 +180,11 @@ class Registration:
     ``confirmation_max_age_seconds``: how old the confirmation may be when the call runs
     (``None``: the tool's ``confirmation_ttl_seconds`` from the registry, else no limit).
     ``timeout_seconds``: a handler running longer is cancelled and the outcome is ``unknown``.
+    ``in_order``: the calls of one turn of the tools registered so run one at a time, in
+    dispatch order (a call waits until the one before it has ended). Calls otherwise overlap:
+    those of different turns always, and those of one turn too (the calls of one response are
+    independent by every provider's definition of parallel tool calls). While such a call
+    waits, so does the rest of its dispatch partition (offsets are committed in order).
     """
 
     tool: str
@@ -154,6 +194,7 @@ class Registration:
     confirmation_max_age_seconds: float | None = None
     timeout_seconds: float = 60.0
     namespace: str | None = None
+    in_order: bool = False
 
 
 class Handlers:
@@ -172,6 +213,7 @@ class Handlers:
         confirmation_max_age_seconds: float | None = None,
         timeout_seconds: float = 60.0,
         namespace: str | None = None,
+        in_order: bool = False,
     ) -> Registration:
         versions = self._by_tool.setdefault((namespace, tool), {})
         if version in versions:
@@ -188,6 +230,7 @@ class Handlers:
             confirmation_max_age_seconds=confirmation_max_age_seconds,
             timeout_seconds=timeout_seconds,
             namespace=namespace,
+            in_order=in_order,
         )
         versions[version] = registration
         return registration
@@ -201,6 +244,7 @@ class Handlers:
         confirmation_max_age_seconds: float | None = None,
         timeout_seconds: float = 60.0,
         namespace: str | None = None,
+        in_order: bool = False,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of :meth:`register`."""
 
@@ -213,6 +257,7 @@ class Handlers:
                 confirmation_max_age_seconds=confirmation_max_age_seconds,
                 timeout_seconds=timeout_seconds,
                 namespace=namespace,
+                in_order=in_order,
             )
             return handler
 

@@ -1,8 +1,12 @@
-"""Handler running: one claimed call's handler, its outcome, and recording it.
+"""Handler running: claimed calls' handlers, side by side, and their outcomes.
 
-Owns ``_execute``: the handler under its timeout and a tracing span; the outcome (``succeeded``,
-``failed``, ``unknown`` on a timeout or a stop while it ran); the result, ledger entry and user
-status written in one transaction; and what a handler's return value becomes (``_as_output``).
+Owns ``_start``: a claimed call's handler in a slot of its own
+(:class:`~processor.executor.inflight.InFlight`, beside the loop and the other calls), under its
+timeout and a tracing span; the outcome (``succeeded``, ``failed``, ``unknown`` on a timeout or a
+stop while it ran); its result, ledger entry and user status, queued for the partition's next
+transaction (``_Owned.finished``, written by :meth:`Transactions._commit` a few milliseconds
+later, together with the other ends that finished meanwhile); and what a handler's return value
+becomes (``_as_output``).
 Logs and results never hold argument values, and a handler's exception message is never kept
 (it may quote them): its class name only.
 
@@ -14,26 +18,43 @@ their order, is in :mod:`processor.executor.executor_state`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from processor.core.errors import PROCESS_EXCEPTIONS
 from processor.core.events import Dispatch, UserState
-from processor.executor.executor_state import _Owned
+from processor.executor.barrier import BarrierTimeout
+from processor.executor.executor_state import _Finished, _Owned, _RunningCall
+from processor.executor.fence import RefusalCode, Requirements
 from processor.executor.fencing import Fencing
 from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
 from processor.executor.records import EntryState, ExecutionEntry, ExecutionOutcome, ExecutionResult
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
+from processor.runtime.codec import traceparent_of
 
 __all__ = ["Running"]
 
 log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
+
+# what stops a running call (a confirmation expiring while it runs does not)
+_STOPS: Final = frozenset(
+    {
+        RefusalCode.TURN_CANCELLED,
+        RefusalCode.QUARANTINED,
+        RefusalCode.TOOL_DISABLED,
+        RefusalCode.TENANT_STOPPED,
+    }
+)
+_WATCH_TIMEOUT: Final = 2.0  # seconds the stop watch may wait for the barrier, then next time
 
 _UNKNOWN_VIEW: Final = (
     UserState.FAILED,
@@ -43,17 +64,131 @@ _UNKNOWN_VIEW: Final = (
 
 
 class Running(Fencing):
-    """Runs a claimed call's handler and records its outcome."""
+    """Runs claimed calls' handlers side by side and queues their outcomes."""
 
-    async def _execute(
+    def _start(
         self,
         owned: _Owned,
         dispatch: Dispatch,
         headers: list[tuple[str, bytes]],
         registration: Registration,
         claim: ExecutionEntry,
+        *,
+        requirements: Requirements,
     ) -> None:
-        call = Call.from_dispatch(dispatch, dict(headers))
+        """Start a claimed call's handler now (its claim is committed; a slot is free)."""
+        running = _RunningCall(
+            dispatch,
+            requirements,
+            Call.from_dispatch(dispatch, dict(headers)),
+            in_order=registration.in_order,
+        )
+        owned.calls[dispatch.dispatch_id] = running
+        task = self._in_flight.start(self._execute(owned, running, headers, registration, claim))
+        running.task = task
+        owned.running.add(task)
+        task.add_done_callback(owned.running.discard)
+        if registration.in_order:
+            task.add_done_callback(lambda _task: self._resume_ordered(owned))
+
+    def _resume_ordered(self, owned: _Owned) -> None:
+        """Resume a partition paused for an in-order call (``Claims._decide``) once none of its
+        in-order calls runs: the waiting call is fetched again and may start."""
+        if not owned.ordered_wait or any(rc.in_order for rc in owned.calls.values()):
+            return
+        owned.ordered_wait = False
+        consumer = self._consumer
+        if consumer is None or owned.lost:
+            return
+        tp = TopicPartition(self.topics.dispatch, owned.partition)
+        with contextlib.suppress(Exception):
+            if tp in consumer.assignment():
+                consumer.resume(tp)
+
+    async def _tell_stopped(self) -> None:
+        """The stop watch: the control partitions of the running calls read up to their end
+        (one ListOffsets), and each call whose turn was stopped since it started (a
+        ``turn.cancelled``, a quarantine, a tool disable, a tenant stop) is told so
+        (``Call.stop``) and cancelled ``executor_stop_grace_seconds`` later if it still runs.
+        A barrier that cannot be read now is read again at the next watch."""
+        running = [
+            rc
+            for owned in list(self._owned.values())
+            if not owned.lost
+            for rc in owned.calls.values()
+            if rc.stopped_by is None
+        ]
+        if not running:
+            return
+        partitions = [
+            self._barrier.partition_for_turn(rc.dispatch.tenant, rc.dispatch.turn_id)
+            for rc in running
+        ]
+        try:
+            states = await self._barrier.sync_many(
+                list(dict.fromkeys(partitions)), min(self._barrier_timeout, _WATCH_TIMEOUT)
+            )
+        except (BarrierTimeout, KafkaError):
+            return
+        now = self._clock()
+        loop = asyncio.get_running_loop()
+        for rc, partition in zip(running, partitions, strict=True):
+            refusal = states[partition].check(rc.dispatch, now, rc.requirements)
+            if refusal is None or refusal.code not in _STOPS or rc.stopped_by is not None:
+                continue
+            rc.stopped_by = refusal
+            rc.call.stop.set(refusal.code.value)
+            log.info(
+                "running call told to stop",
+                extra=fields(
+                    dispatch_id=rc.dispatch.dispatch_id,
+                    tool=rc.dispatch.tool,
+                    reason=refusal.code.value,
+                    blocked_by=refusal.command_id,
+                ),
+            )
+            if rc.task is not None:
+                loop.call_later(self.settings.executor_stop_grace_seconds, _cancel, rc.task)
+
+    async def _execute(
+        self,
+        owned: _Owned,
+        running: _RunningCall,
+        headers: list[tuple[str, bytes]],
+        registration: Registration,
+        claim: ExecutionEntry,
+    ) -> None:
+        """The call's handler and outcome in the ``process`` span of its dispatch record (a
+        child of the record's ``traceparent``; the ``execute`` span is the handler's own)."""
+        dispatch = running.dispatch
+        attributes = tracing.kafka_attributes(
+            self.topics.dispatch,
+            "process",
+            key=dispatch.key.turn_key,
+            partition=owned.partition,
+            offset=claim.dispatch_offset,
+            group=self.group,
+        )
+        try:
+            with tracing.span(
+                f"process {self.topics.dispatch}",
+                "consumer",
+                attributes,
+                traceparent=traceparent_of(headers),
+            ):
+                await self._run(owned, running, headers, registration, claim)
+        finally:
+            owned.calls.pop(running.dispatch.dispatch_id, None)
+
+    async def _run(
+        self,
+        owned: _Owned,
+        running: _RunningCall,
+        headers: list[tuple[str, bytes]],
+        registration: Registration,
+        claim: ExecutionEntry,
+    ) -> None:
+        dispatch, call = running.dispatch, running.call
         started_at = self._clock()
         began = time.monotonic()
         outcome = ExecutionOutcome.SUCCEEDED
@@ -61,17 +196,11 @@ class Running(Fencing):
         retry = False
         detail = ""
         output: dict[str, Any] | None = None
-        interrupted = False
         try:
             attributes = {"toolcall.tool": dispatch.tool, "toolcall.dispatch_id": call.dispatch_id}
             with tracing.span(f"execute {dispatch.tool}", "internal", attributes):
-                self._in_handler += 1  # the stall watchdog waits for the handler's own timeout
-                try:
-                    async with asyncio.timeout(registration.timeout_seconds) as deadline:
-                        returned = await registration.handler(call)
-                finally:
-                    self._in_handler -= 1
-                    self._progress("recording the outcome")
+                async with asyncio.timeout(registration.timeout_seconds) as deadline:
+                    returned = await registration.handler(call)
             output, detail = _as_output(returned)
         except ExecutionFailed as exc:
             outcome, reason = ExecutionOutcome.FAILED, exc.code
@@ -87,8 +216,10 @@ class Running(Fencing):
                     "handler_exception",
                     "TimeoutError",
                 )
-        except asyncio.CancelledError:
-            outcome, reason, interrupted = ExecutionOutcome.UNKNOWN, "executor_stopped", True
+        except asyncio.CancelledError:  # its turn stopped and the grace over; or a release
+            # that could not wait for it (or a stop): it may have acted either way
+            outcome = ExecutionOutcome.UNKNOWN
+            reason = "executor_stopped" if running.stopped_by is None else "cancelled_while_running"
         except PROCESS_EXCEPTIONS:
             raise
         except BaseException as exc:  # a handler bug (or a panic of an extension it uses): the
@@ -112,6 +243,11 @@ class Running(Fencing):
             detail=detail,
             output=output,
             started_at=started_at,
+            blocked_by=(
+                running.stopped_by.command_id
+                if running.stopped_by is not None and outcome is not ExecutionOutcome.SUCCEEDED
+                else None
+            ),
         )
         entry = claim.moved_to(EntryState(outcome.value), self.executor_id, now)
         outputs = [self._entry_out(entry), self._result_out(result, headers)]
@@ -145,9 +281,13 @@ class Running(Fencing):
                 reason=reason,
             ),
         )
-        await self._after_claim(owned, dispatch.dispatch_id, outputs)
-        if interrupted:
-            raise asyncio.CancelledError
+        # written with the partition's next transaction (a few ms); a handler task never writes
+        owned.finished.append(_Finished(dispatch.dispatch_id, outputs))
+
+
+def _cancel(task: asyncio.Task[None]) -> None:
+    if not task.done():
+        task.cancel()
 
 
 def _as_output(returned: object) -> tuple[dict[str, Any] | None, str]:

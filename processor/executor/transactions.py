@@ -4,8 +4,10 @@ Owns the transactional producer of an owned dispatch partition (``_new_producer`
 previous owner, end its hanging transactions), the output records (ledger entry, result, user
 status) and ``_transact``: the outputs and the offset past the record in ONE transaction, retried
 with a new producer on transient errors, :class:`_Fenced` when another executor owns the
-partition. ``_after_claim`` records the end of a claimed call, keeping it to be written before
-anything else of the partition when it cannot be written yet (``_write_unended``).
+partition. ``_commit`` writes the ends of claimed calls that finished (``_Owned.finished``)
+with whatever else the partition's next transaction holds (claims, refusals, the offset), keeping
+them to be written before anything else of the partition when they cannot be written yet
+(``_write_unended``).
 
 Must not decide what to write, nor consume, nor run handlers.
 
@@ -56,15 +58,17 @@ class Transactions(ClientState):
         sent, or a take does not know how the last owner ended); the fence waits until the
         coordinator decides it (:func:`processor.runtime.hanging.decided_previous`)."""
         transactional_id = f"{self.group}.executor.{partition}"
-        consumer = self._consumer  # how the coordinator left the id, before InitProducerId
+        # how the coordinator left the id, before InitProducerId; asked on a client of its own:
+        # on the group consumer's, it waits behind the pending long-polled fetch (~0.5 s a take)
+        admin = self._admin if self._admin is not None else self._consumer
         previous = (
             await hanging.decided_previous(
-                consumer._client,
+                admin._client,
                 transactional_id,
                 in_doubt=in_doubt,
                 bound=self.settings.transaction_timeout_ms / 1000 + _COORDINATOR_ABORT_S,
             )
-            if consumer is not None
+            if admin is not None
             else None
         )
         # a try whose InitProducerId went through unanswered left the id Empty
@@ -142,12 +146,13 @@ class Transactions(ClientState):
         return (self.topics.status, _turn_key(key), encode(status), None, headers)
 
     async def _flush_offsets(self, owned: _Owned) -> None:
+        """The partition's kept ends, finished ends and pending offset; then its sweep."""
         if owned.lost:
             return
         if owned.unended:
             await self._write_unended(owned)
-        if owned.pending_offset is not None:
-            await self._transact(owned, [], owned.pending_offset)
+        if owned.finished or owned.pending_offset is not None:
+            await self._commit(owned, [], None)
         await self._sweep_skipped(owned)
 
     async def _sweep_skipped(self, owned: _Owned) -> None:
@@ -252,24 +257,35 @@ class Transactions(ClientState):
         await producer.commit_transaction()
         owned.in_doubt = False
 
-    async def _after_claim(self, owned: _Owned, dispatch_id: str, outputs: list[_Out]) -> None:
-        """Record the end of a claimed call (the claim's transaction took its offset).
+    async def _commit(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
+        """One transaction of the partition: the ends of its claimed calls that finished since
+        the last one (``owned.finished``; a call's claim had a transaction of its own), then
+        ``outputs`` (claims, refusals), and the offset (:meth:`_transact`).
 
-        If that cannot be written now, the records are kept and written before anything else
-        of the partition (:meth:`_write_unended`): the next record waits for them, and the loop
-        tries again meanwhile. The claim stays in the ledger until then, so an owner after this
-        one reports the call ``unknown`` from it (it is never run again). Without this, a member
-        that kept the partition (no rebalance after a whole-cluster restart) left the claim open
-        and the call unreported for good (chaos seed 4 on three brokers)."""
+        If it fails, those ends are kept and written before anything else of the partition
+        (:meth:`_write_unended`): the next record waits for them, and the loop tries again
+        meanwhile; the claims stay in the ledger until then, so an owner after this one
+        reports the calls ``unknown`` from them (never run again). Without this, a member that
+        kept the partition (no rebalance after a whole-cluster restart) left a claim open and
+        its call unreported for good (chaos seed 4 on three brokers). Fenced: the ends are
+        dropped, and the next owner reports the calls ``unknown`` from their claims."""
+        finished, owned.finished = owned.finished, []
+        written = [out for end in finished for out in end.outputs]
         try:
-            await self._transact(owned, outputs, None)
+            await self._transact(owned, written + outputs, next_offset)
         except _TransactionFailed:
-            owned.unended[dispatch_id] = outputs
-            log.error(
-                "could not record the end of a claimed call yet; it is written before anything "
-                "else of its partition",
-                extra=fields(partition=owned.partition, dispatch_id=dispatch_id),
-            )
+            for end in finished:
+                owned.unended[end.dispatch_id] = end.outputs
+            if finished:
+                log.error(
+                    "could not record the end of claimed calls yet; they are written before "
+                    "anything else of their partition",
+                    extra=fields(
+                        partition=owned.partition,
+                        dispatch_ids=[end.dispatch_id for end in finished][:20],
+                    ),
+                )
+            raise
 
     def _flush_due(self, fetched: set[int]) -> list[_Owned]:
         """Partitions with no record fetched that are due a flush: their kept ends of claimed

@@ -6,7 +6,7 @@ SIGKILL, SIGTERM and SIGSTOP faults to them as it does to workers (:mod:`tests.c
 
 Each handler (:mod:`tests.chaos.effects`) has one side effect: a line appended to a file
 (``CHAOS_EFFECTS``) with the dispatch id, the member's pid and a digest of the arguments the
-handler was given, written before the handler sleeps 20-60 ms. A ``kill`` fault waits until a
+handler was given, written before the handler sleeps 0-500 ms. A ``kill`` fault waits until a
 member writes a side effect and kills that one, so the SIGKILL lands between the side effect and
 the recorded outcome: what the at-most-once ledger must report ``unknown`` and never run again.
 

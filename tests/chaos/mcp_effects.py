@@ -7,7 +7,7 @@ tests.chaos.mcp_effects"``). Its tools are the run's registry (``CHAOS_TOOLS``):
 and schemas, ``destructiveHint`` = the tool's ``requires_confirmation``. A ``tools/call`` appends
 ``{dispatch_id, pid, arguments}`` to ``CHAOS_EFFECTS`` (the dispatch id from the request's
 ``_meta`` idempotency key; ``pid`` the executor member's, this server's parent, so a ``kill``
-fault can target the member whose call is in flight), then takes 20-60 ms.
+fault can target the member whose call is in flight), then takes 0-500 ms.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ async def main() -> None:
             os.write(fd, orjson.dumps(line) + b"\n")
         finally:
             os.close(fd)
-        await asyncio.sleep(rng.uniform(0.02, 0.06))
+        await asyncio.sleep(rng.uniform(0.0, 0.5))
         return types.CallToolResult(
             content=[types.TextContent(type="text", text="done")],
             structured_content={"done": True},

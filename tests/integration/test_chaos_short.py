@@ -99,8 +99,14 @@ def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
     assert summary["unreported"] == 0 and summary["executed_twice"] == 0, summary
     # a kill landed inside a handler: reported unknown by the member that took over
     assert summary["outcomes"].get("unknown", 0) >= 1, summary
+    # every call not refused ran to its end, or is unknown because a kill (or a stop past the
+    # session timeout) landed while it ran: handlers run side by side, so a kill interrupts
+    # every call in flight then, not one (issue 39)
     refused = summary["outcomes"].get("refused", 0)
-    assert summary["outcomes"].get("succeeded", 0) >= summary["dispatched"] - refused - 5, summary
+    unknown = summary["outcomes"].get("unknown", 0)
+    succeeded = summary["outcomes"].get("succeeded", 0)
+    assert succeeded + unknown >= summary["dispatched"] - refused - 5, summary
+    assert set(summary["unknown"]) <= {"executor_interrupted", "executor_stopped"}, summary
     kinds = sorted({str(f.kind) for f in report.faults if f.role == "executor"})
     assert kinds == ["kill", "stop", "term"], report.faults
     assert report.unexpected_exits == []

@@ -216,9 +216,10 @@ async def test_an_end_that_can_never_be_written_gives_the_partition_up_and_is_un
 
 
 class _HangingFence(ExecutorClient):
-    """A fence read that never comes back (a wait on the broker without a bound)."""
+    """A fence read (a control partition's barrier) that never comes back (a wait on the
+    broker without a bound)."""
 
-    async def _fence(self, dispatch: Any, requirements: Any) -> Any:
+    async def _synced(self, partitions: list[int]) -> Any:
         await asyncio.Event().wait()
 
 

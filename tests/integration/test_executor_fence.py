@@ -310,14 +310,16 @@ async def test_cancellation_racing_the_claim_is_refused_before_the_handler(
 
 @pytest.mark.partitions(2)
 async def test_cancellation_while_an_earlier_call_runs_is_seen(runtime: Runtime) -> None:
-    """Dispatch B is fetched while A's handler runs; B's turn is cancelled meanwhile: refused."""
+    """A's handler runs (held); A's turn is cancelled; B of the same turn is fetched then: the
+    fence refuses B while A still runs (a running handler holds nothing up: calls run side by
+    side, and each is fenced when it is claimed and again right before it starts)."""
     rt = runtime
     gate = asyncio.Event()
     recorder = Recorder(gate=gate)
     first = make_dispatch("acme", "slow", "call_0")
     second = make_dispatch("acme", "slow", "call_1")  # same turn → same partition, after A
     await rt.control(turn_started("acme", "slow"))
-    await write_dispatch(rt, first, second)
+    await write_dispatch(rt, first)
     async with running(Executor(rt.settings, recorder.handlers, group=group_of(rt))):
         await wait_until(
             lambda: _true_if(recorder.dispatch_ids == [first.dispatch_id]),
@@ -325,6 +327,10 @@ async def test_cancellation_while_an_earlier_call_runs_is_seen(runtime: Runtime)
             what="first handler running",
         )
         await rt.control(turn_cancelled("acme", "slow"))
+        await write_dispatch(rt, second)
+        [refused] = await wait_results(rt.settings, 1)
+        assert not gate.is_set()  # refused while A's handler still runs
+        assert (refused.call_id, refused.outcome.value) == ("call_1", "refused")
         gate.set()
         got = await wait_results(rt.settings, 2)
     assert recorder.dispatch_ids == [first.dispatch_id]

@@ -195,9 +195,14 @@ async def test_stdio_calls_end_to_end_with_the_fence_and_bounded_results(
     other = make_dispatch("acme", "t-other", "call_0", tool="book_slot", namespace="crm")
     for d in [*calls.values(), cancelled, bare, other]:
         await rt.control(turn_started("acme", d.turn_id))
-    await write_dispatch(rt, bare, other, *calls.values(), cancelled)
+    # calls run side by side: the crash, which ends the session and every call open on it
+    # (unknown, truthfully), is dispatched once the others have ended
+    first = [calls[name] for name in ("book_slot", "fail", "big")]
+    await write_dispatch(rt, bare, other, *first, cancelled)
     await rt.control(turn_cancelled("acme", "t-cancelled"))  # after dispatch, before execution
     async with mcp_executor(rt, server, registry) as (tools, connection):
+        await wait_results(rt.settings, 4, timeout=90)
+        await write_dispatch(rt, calls["crash"])
         got = {r.turn_id: r for r in await wait_results(rt.settings, 5, timeout=90)}
         assert tools.executor.client.stats.other_tools == 2  # type: ignore[attr-defined]
         # the crash closed the session; it is reopened

@@ -1,0 +1,102 @@
+"""Fast takes, on a real broker (issue 39, item 4).
+
+Taking a dispatch partition whose ``executions`` partition is empty cost about half a second,
+twice: the take asked the transaction coordinator on the group consumer's connection and the
+ledger's end offset on the reader's own, each waiting behind a long-polled fetch (a broker
+answers a connection's requests in order). And the takes of an assignment ran one after the
+other. Now an empty ledger partition is known from its offsets alone (no reader of its own),
+the coordinator is asked on a client with no fetch of its own, and the partitions of an
+assignment are taken side by side. Asserted by what the take does, not by its time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from processor.executor import ledger as ledger_module
+from processor.executor.client import ExecutorClient
+from tests.integration.conftest import Runtime, turn_started, wait_until
+from tests.integration.test_executor_fence import (
+    Executor,
+    Recorder,
+    group_of,
+    make_dispatch,
+    running,
+    wait_results,
+    write_dispatch,
+)
+
+pytestmark = pytest.mark.integration
+
+
+class _CountingTakes(ExecutorClient):
+    """Records how many takes ran at once."""
+
+    taking = 0
+    most = 0
+
+    async def _take(self, partition: int) -> Any:
+        type(self).taking += 1
+        type(self).most = max(type(self).most, type(self).taking)
+        try:
+            await asyncio.sleep(0.05)  # a take's broker round trips, at least
+            return await super()._take(partition)
+        finally:
+            type(self).taking -= 1
+
+
+@pytest.mark.partitions(4)
+async def test_partitions_are_taken_side_by_side_and_empty_ledgers_need_no_reader(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = runtime
+    readers: list[dict[str, Any]] = []
+    real_reader = ledger_module.committed_reader
+
+    def counting_reader(settings: Any, **extra: Any) -> Any:
+        readers.append(extra)
+        return real_reader(settings, **extra)
+
+    monkeypatch.setattr(ledger_module, "committed_reader", counting_reader)
+    recorder = Recorder()
+    executor = Executor(
+        rt.settings, recorder.handlers, group=group_of(rt), client_cls=_CountingTakes
+    )
+    async with running(executor) as ex:
+        await _wait_owned(ex.client, 4)
+        assert readers == []  # four empty ledger partitions: their offsets said so
+        assert _CountingTakes.most >= 2, _CountingTakes.most  # one after the other before
+
+    # with entries in the ledger, a take still reads them: the call is not run again
+    dispatch = make_dispatch("acme", "t-again", "call_0")
+    await rt.control(turn_started("acme", "t-again"))
+    await write_dispatch(rt, dispatch)
+    async with running(Executor(rt.settings, recorder.handlers, group=group_of(rt))):
+        await wait_results(rt.settings, 1)
+    assert recorder.dispatch_ids == [dispatch.dispatch_id]
+    readers.clear()
+    await write_dispatch(rt, dispatch)  # the same dispatch again, for a new member
+    again = Recorder()
+    async with running(Executor(rt.settings, again.handlers, group=group_of(rt))) as ex:
+        await _wait_owned(ex.client, 4)
+        assert len(readers) == 1  # the one ledger partition with an entry was read
+
+        async def skipped() -> bool:
+            return ex.client.stats.duplicates >= 1
+
+        await _until(skipped)
+    assert again.calls == []
+
+
+async def _wait_owned(client: ExecutorClient, n: int) -> None:
+    async def owned() -> bool:
+        return len(client.owned_partitions()) >= n
+
+    await _until(owned)
+
+
+async def _until(check: Any, timeout: float = 60.0) -> None:
+    await wait_until(check, timeout=timeout, what=getattr(check, "__name__", "condition"))
