@@ -16,17 +16,21 @@
     │       └── ArgumentsMismatch   the provider's final arguments differ from the deltas
     ├── InvalidTransition       a (state, trigger) pair absent from a transition table (a bug)
     ├── RegistryError           a tool file that cannot be loaded (names file, tool and reason)
-    │   └── OfferError          a tool that cannot be offered in a provider's shape as declared
+    │   ├── OfferError          a tool that cannot be offered in a provider's shape as declared
+    │   ├── PatternError        a schema pattern RE2 cannot run in linear time (core.toolschema)
+    │   └── SelfContaining      a value that contains itself: a YAML alias loop (core.registry)
     ├── ConfigurationError      settings or topology that cannot run                      [78]
     │   ├── CopartitioningError     a member given partition p of one input only (runtime)
     │   ├── TopicLayoutError        topics missing or not co-partitioned (runtime.topics)
     │   └── AclError                a principal mapping or an ACL the broker refused (runtime)
     ├── AdapterError            a provider chunk the adapter cannot read (→ inert response.ended)
+    │   └── PartialArgsError        Vertex's streamed partialArgs that cannot be followed
     ├── KafkaStepError          a Kafka step that did not complete: retried, or the partition
     │   │                       handed over (runtime; never an exit on its own)          [70]
     │   ├── TransactionFailed       a batch's transaction did not commit, or is in doubt
     │   ├── TransactionHeld         a task's own open transactions it may not end
-    │   └── HangingError            a DescribeProducers/WriteTxnMarkers request failed
+    │   ├── HangingError            a DescribeProducers/WriteTxnMarkers request failed
+    │   └── BarrierTimeout          control or the ledger not read to its end in time
     ├── StateStoreError         a partition's local state that cannot be used as it is   [70]
     │   ├── StoreCorrupt            unreadable or damaged: destroyed and rebuilt
     │   ├── StoreLocked             held by another process: retried

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from processor.core.errors import ConfigurationError, RegistryError
+from processor.core.errors import ConfigurationError, Described, RegistryError
 from processor.core.lookalikes import confusable_pairs, describe, hidden_characters, scripts
 
 __all__ = [
@@ -268,7 +268,7 @@ carries: hidden characters there can be written escaped without changing what va
 _PROSE_ALLOWED: Final = "\n\t"  # a description's lines and indents
 
 
-class _Hidden(Exception):
+class _Hidden(Described, RegistryError):
     """A string of a schema that is not prose holds characters a reader does not see."""
 
     def __init__(self, where: str, chars: list[str]) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
-from processor.core.errors import RegistryError
+from processor.core.errors import Described, RegistryError
 from processor.core.events import Name
 from processor.core.fastschema import Check, compile_schema
 from processor.core.flat_names import flat_name
@@ -141,7 +141,7 @@ MAX_DOCUMENT_VALUES = 500_000
 """The most JSON values of every tool's ``parameters`` together, counted the same way."""
 
 
-class SelfContaining(ValueError):
+class SelfContaining(Described, RegistryError, ValueError):
     """A value that contains itself (a YAML alias inside what its anchor names)."""
 
 

@@ -50,7 +50,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 import re2
 
-from processor.core.errors import PROCESS_EXCEPTIONS
+from processor.core.errors import PROCESS_EXCEPTIONS, Described, RegistryError
 from processor.core.formats import is_regex, jsonschema_module, re2_options
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ _MAP: Final = ("properties", "patternProperties", "$defs", "definitions", "depen
 _LIST: Final = ("allOf", "anyOf", "oneOf", "prefixItems")
 
 
-class PatternError(ValueError):
+class PatternError(Described, RegistryError, ValueError):
     """A schema pattern this module cannot run in linear time (the message says where and why)."""
 
 

@@ -38,7 +38,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from processor.core.errors import ConfigurationError, ProcessorError
+from processor.core.errors import ConfigurationError, KafkaStepError
 from processor.executor.fence import ApplyOutcome, FenceState
 from processor.observability import metrics
 from processor.runtime.clients import committed_reader, read_to_end, stop_consumer
@@ -49,8 +49,13 @@ from processor.settings import Settings
 __all__ = ["BarrierTimeout", "ControlBarrier"]
 
 
-class BarrierTimeout(ProcessorError):
+class BarrierTimeout(KafkaStepError):
+    """Control (or the ledger) could not be read up to its end in time: retried."""
+
     reason = "barrier_timeout"
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(detail)
 
 
 class ControlBarrier:

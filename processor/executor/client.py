@@ -91,7 +91,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from processor.core.errors import ConfigurationError
+from processor.core.errors import ConfigurationError, ExecutionError, KafkaStepError
 from processor.executor.claims import Claims
 from processor.executor.executor_state import (
     _T,
@@ -120,11 +120,11 @@ _STOP_WATCH_SECONDS: Final = 0.2
 _RELEASE_SECONDS: Final = 10.0  # a released producer's flush (stop) at most; then discarded
 
 
-class _Abandoned(Exception):
+class _Abandoned(ExecutionError):
     """The broker is gone and the executor is exiting: a take or release was cancelled."""
 
 
-class _TakeFailed(Exception):
+class _TakeFailed(KafkaStepError):
     """A take could not report the claims a previous owner left unfinished."""
 
 

@@ -30,7 +30,7 @@ from typing import Any, Final, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from processor.core.authn import CommandVerifier
-from processor.core.errors import ConfigurationError
+from processor.core.errors import ConfigurationError, ExecutionError, KafkaStepError
 from processor.core.events import Dispatch
 from processor.core.registry import Registry
 from processor.executor.barrier import ControlBarrier
@@ -69,11 +69,11 @@ class ExecutorStats:
             self.undecodable += 1
 
 
-class _Fenced(Exception):
+class _Fenced(KafkaStepError):
     """This executor lost the partition (its transactional producer was fenced)."""
 
 
-class _TransactionFailed(Exception):
+class _TransactionFailed(KafkaStepError):
     """A transaction kept failing; the record in hand must be fetched and decided again."""
 
 
@@ -90,11 +90,11 @@ _Out = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
 _T = TypeVar("_T")
 
 
-class _Stopping(Exception):
+class _Stopping(ExecutionError):
     """The executor is stopping; leave the record in hand unacknowledged."""
 
 
-class ExecutorStalled(Exception):
+class ExecutorStalled(ExecutionError):
     """The executor's loop made no progress for ``executor_stall_timeout_seconds``: it was
     stopped, abandoning its partitions (nothing committed on the way out), to be restarted."""
 

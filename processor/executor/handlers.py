@@ -25,6 +25,13 @@ or polls it (``await call.stop.wait()``, ``call.stop.is_set()``) and raises
 cancelled after the executor's grace period (``PROCESSOR_EXECUTOR_STOP_GRACE_SECONDS``), and
 its outcome is ``unknown`` (reason ``cancelled_while_running``: it may have acted).
 
+The executor's branch of the error tree (:mod:`processor.core.errors`)::
+
+    ExecutionError
+    ├── ExecutionFailed     a handler's clean, reportable failure (``failed``, with its code)
+    ├── OutcomeUnknown      a handler that cannot tell whether it acted (``unknown``)
+    └── ExecutorStalled     the loop made no progress for its stall timeout (the process exits)
+
 A handler returns a small JSON object for the result record (or ``None``), or raises
 :class:`ExecutionFailed` with a code for a clean failure, or :class:`OutcomeUnknown` when it
 cannot tell whether the external side effect happened (a connection lost mid-call: the outcome
@@ -45,7 +52,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from processor.core.errors import ConfigurationError
+from processor.core.errors import ConfigurationError, ExecutionError
 from processor.core.events import CallKey, Dispatch
 
 __all__ = [
@@ -136,7 +143,7 @@ def _header(headers: Mapping[str, bytes], name: str) -> str | None:
         return None
 
 
-class ExecutionFailed(Exception):
+class ExecutionFailed(ExecutionError):
     """Raised by a handler for a clean, reportable failure.
 
     ``code`` is a snake_case code (it goes to the result and to metrics); ``retry_possible``
@@ -144,26 +151,30 @@ class ExecutionFailed(Exception):
     not contain argument values.
     """
 
+    reason = "execution_failed"
+
     def __init__(self, code: str, *, retry_possible: bool = False, detail: str = "") -> None:
         if not _CODE.fullmatch(code):
             code = "handler_error"
+        super().__init__(code)
         self.code = code
         self.retry_possible = retry_possible
         self.detail = detail[:512]
-        super().__init__(code)
 
 
-class OutcomeUnknown(Exception):
+class OutcomeUnknown(ExecutionError):
     """Raised by a handler that cannot tell whether the side effect happened (the request may
     have reached the external system; its answer was lost). The outcome is ``unknown`` with
     ``code`` as its reason, and the call is never run again."""
 
+    reason = "outcome_unknown"
+
     def __init__(self, code: str, *, detail: str = "") -> None:
         if not _CODE.fullmatch(code):
             code = "outcome_unknown"
+        super().__init__(code)
         self.code = code
         self.detail = detail[:512]
-        super().__init__(code)
 
 
 Handler = Callable[[Call], Awaitable[Mapping[str, Any] | None]]

@@ -75,12 +75,12 @@ class Transactions(ClientState):
         previous = hanging.across_retries(previous, self._fenced_before.get(partition))
         self._fenced_before[partition] = previous
         topics = (self.topics.executions, self.topics.results, self.topics.status)
-        if consumer is not None:  # a skipped commit marker we may not write: held before Init
+        if admin is not None:  # a skipped commit marker we may not write: held before Init
             await hanging.hold_before_fence(
-                consumer._client,
+                admin._client,
                 previous=previous,
                 transactional_id=transactional_id,
-                partitions=await hanging.partitions_of(consumer._client, topics),
+                partitions=await hanging.partitions_of(admin._client, topics),
                 owner="executor",
                 bootstrap=self.settings.bootstrap_servers,
             )

@@ -82,6 +82,7 @@ from aiokafka.errors import (
     UnknownProducerId,
 )
 
+from processor.core.errors import KafkaStepError
 from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime.clients import ProducerDiscarded, discard_producer, settle_unawaited
@@ -170,7 +171,7 @@ class Outgoing:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-class _AttemptFailed(Exception):
+class _AttemptFailed(KafkaStepError):
     """An attempt's error, with where it surfaced (internal to :class:`RenewingProducer`)."""
 
     def __init__(self, error: Exception, *, taken: bool) -> None:
