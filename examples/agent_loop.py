@@ -23,9 +23,11 @@ client and nothing else changes. Each model request is one turn:
 5. :func:`processor.tool_results` turns the outcomes into the provider's own tool-result
    messages, appended to the next request; the loop ends when the model answers without a call.
 
-``stop_before_run`` (the ``--cancel`` variant) stops the turn after the worker dispatched its
-call and before the executor runs it: the executor's fence refuses it (``turn_cancelled``) and
-the model is told, truthfully, that it did not run.
+The ``--cancel`` variant stops the turn after the worker dispatched its call and before the
+executor runs it: the executor's fence refuses it (``turn_cancelled``) and the model is told,
+truthfully, that it did not run. The ``--cancel-running`` variant stops the turn while the call
+runs (a slow tool): the executor tells the running handler (``call.stop``), the handler stops
+without acting, and the model is told the call was stopped before it completed.
 """
 
 from __future__ import annotations
@@ -224,10 +226,21 @@ async def agent_loop(
 # ------------------------------------------------------------------------- the tool and a stop
 
 
-def make_handlers() -> Any:
-    """The executor's side: ``get_weather`` answers from a table (never echoing arguments)."""
+def make_handlers(running: asyncio.Event | None = None) -> Any:
+    """The executor's side: ``get_weather`` answers from a table (never echoing arguments).
+
+    With ``running`` it is a slow tool instead: it sets ``running`` once it started, then
+    works until its turn is stopped (``call.stop``) and stops cleanly, having done nothing:
+    ``ExecutionFailed("cancelled_while_running")``."""
 
     async def get_weather(call: Any) -> dict[str, Any]:
+        if running is not None:
+            running.set()
+            try:
+                await asyncio.wait_for(call.stop.wait(), timeout=60)
+            except TimeoutError:
+                return {"conditions": "sunny", "temp_c": 18}
+            raise processor.ExecutionFailed("cancelled_while_running")
         return {"conditions": "sunny", "temp_c": 18}
 
     handlers = processor.Handlers()
@@ -256,9 +269,10 @@ async def stop_turn(settings: processor.Settings, turn: processor.TurnContext) -
         await producer.stop()
 
 
-async def main(provider: str, cancel: bool = False) -> list[Step]:
+async def main(provider: str, cancel: bool = False, cancel_running: bool = False) -> list[Step]:
     """The whole loop against the broker of ``PROCESSOR_BOOTSTRAP_SERVERS`` (a worker must run).
-    With ``cancel``, the executor starts only after the user stopped the turn."""
+    With ``cancel``, the executor starts only after the user stopped the turn; with
+    ``cancel_running``, the user stops the turn while its call runs."""
     from processor.core.authn import AllowUnsigned  # noqa: PLC0415 - a demo: no operator keys
 
     settings = processor.Settings()
@@ -267,8 +281,13 @@ async def main(provider: str, cancel: bool = False) -> list[Step]:
     tools = processor.tool_definitions(registry, provider, tenant=tenant, actor=actor)
     replay = ReplayModel([RECORDINGS / name for name in SCRIPTS[provider]])
     model = make_model(provider, replay.transport, tools, "What is the weather in Paris?")
+    running_call = asyncio.Event() if cancel_running else None
     executor = processor.ExecutorClient(
-        settings, make_handlers(), verifier=AllowUnsigned(), group="agent-loop", registry=registry
+        settings,
+        make_handlers(running_call),
+        verifier=AllowUnsigned(),
+        group="agent-loop",
+        registry=registry,
     )
     running: list[asyncio.Task[None]] = []
 
@@ -281,14 +300,19 @@ async def main(provider: str, cancel: bool = False) -> list[Step]:
         await stop_turn(settings, turn)
         await run_executor()
 
+    async def stop_while_running(turn: processor.TurnContext) -> None:
+        assert running_call is not None
+        await running_call.wait()
+        await stop_turn(settings, turn)
+
+    on_dispatched = stop_then_run if cancel else stop_while_running if cancel_running else None
     async with processor.OutcomeFollower(settings) as follower, processor.Publisher(settings) as p:
         if not cancel:
             await run_executor()
         try:
             return await agent_loop(
-                model, p, follower, tenant=tenant, actor=actor,
-                on_dispatched=stop_then_run if cancel else None,
-            )  # fmt: skip
+                model, p, follower, tenant=tenant, actor=actor, on_dispatched=on_dispatched
+            )
         finally:
             executor.request_stop()
             for task in running:
@@ -296,7 +320,8 @@ async def main(provider: str, cancel: bool = False) -> list[Step]:
 
 
 if __name__ == "__main__":
-    for step in asyncio.run(main(sys.argv[1], cancel="--cancel" in sys.argv)):
+    variant = {"cancel": "--cancel" in sys.argv, "cancel_running": "--cancel-running" in sys.argv}
+    for step in asyncio.run(main(sys.argv[1], **variant)):
         print(step.text)
         for outcome in step.outcomes:
             print(f"  [{outcome.name}: {outcome.kind.value}] {processor.outcome_text(outcome)}")

@@ -104,6 +104,11 @@ def outcome_text(outcome: Outcome) -> str:
             f"Unknown ({code}): the tool was started but it is not known whether it took effect; "
             "it may have acted. Do not repeat it before the user has checked."
         )
+    if kind is OutcomeKind.FAILED and code == "cancelled_while_running":
+        return (
+            f"Stopped ({code}): the user stopped this turn while the tool ran, and the tool "
+            "stopped without completing the action."
+        )
     if kind is OutcomeKind.FAILED:
         again = "asking again may work" if outcome.retry_possible else "it cannot be done as asked"
         return f"Failed ({code}): the tool ran and reported a failure; {again}."

@@ -3,10 +3,12 @@ SDK over recorded streams, the tee, a worker subprocess, an in-process executor,
 follower, and the next model request built from the outcomes, for Anthropic and OpenAI
 Responses; each request body the SDK sent is checked against the provider's documented request
 type. The cancel variant stops the turn after its call was dispatched and before the executor
-ran it: the model is told that the call did not run."""
+ran it: the model is told that the call did not run; the other stops it while the call runs:
+the model is told that the call was stopped before it completed."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from typing import Any
 
@@ -29,7 +31,7 @@ from examples.agent_loop import (
 )
 from processor.agent.outcomes import OutcomeKind
 from tests.integration.conftest import Runtime
-from tests.integration.test_executor_fence import Executor, group_of
+from tests.integration.executor_harness import Executor, group_of
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +41,9 @@ REQUEST_TYPE: dict[str, Any] = {
 }
 
 
-async def _run(runtime: Runtime, provider: str, *, cancel: bool) -> tuple[list[Step], ReplayModel]:
+async def _run(
+    runtime: Runtime, provider: str, *, cancel: bool, cancel_running: bool = False
+) -> tuple[list[Step], ReplayModel]:
     shutil.copy(TOOLS_FILE, runtime.tmp_path / "tools.yaml")  # the worker's registry
     worker = runtime.start_worker()
     await worker.wait_ready()
@@ -47,8 +51,9 @@ async def _run(runtime: Runtime, provider: str, *, cancel: bool) -> tuple[list[S
     tools = processor.tool_definitions(registry, provider, tenant="acme", actor="user-42")
     replay = ReplayModel([RECORDINGS / name for name in SCRIPTS[provider]])
     model = make_model(provider, replay.transport, tools, "What is the weather in Paris?")
+    running_call = asyncio.Event() if cancel_running else None
     executor = Executor(
-        runtime.settings, make_handlers(), group=group_of(runtime), registry=registry
+        runtime.settings, make_handlers(running_call), group=group_of(runtime), registry=registry
     )
     started: list[Executor] = []
 
@@ -56,6 +61,13 @@ async def _run(runtime: Runtime, provider: str, *, cancel: bool) -> tuple[list[S
         await stop_turn(runtime.settings, turn)
         await executor.start()
         started.append(executor)
+
+    async def stop_while_running(turn: processor.TurnContext) -> None:
+        assert running_call is not None
+        await asyncio.wait_for(running_call.wait(), 60)  # the handler runs now
+        await stop_turn(runtime.settings, turn)
+
+    on_dispatched = stop_then_run if cancel else stop_while_running if cancel_running else None
 
     try:
         async with (
@@ -72,7 +84,7 @@ async def _run(runtime: Runtime, provider: str, *, cancel: bool) -> tuple[list[S
                 tenant="acme",
                 actor="user-42",
                 outcome_wait=60,
-                on_dispatched=stop_then_run if cancel else None,
+                on_dispatched=on_dispatched,
             )
     finally:
         for running in started:
@@ -122,4 +134,21 @@ async def test_a_stopped_turn_is_told_to_the_model_as_not_run(
     _, content, is_error = _tool_result(provider, replay.requests[1])
     assert is_error
     assert content.startswith("Not run (turn_cancelled)")
+    assert "sunny" not in content
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai-responses"])
+async def test_a_turn_stopped_while_its_call_runs_is_told_to_the_model_as_stopped(
+    runtime: Runtime, provider: str
+) -> None:
+    """The user stops the turn while the (slow) tool runs: the executor tells the running
+    handler (``call.stop``), it stops without acting, and the model is told the call was
+    stopped before it completed, never that it ran."""
+    steps, replay = await _run(runtime, provider, cancel=False, cancel_running=True)
+    [outcome] = steps[0].outcomes
+    assert (outcome.kind, outcome.reason) == (OutcomeKind.FAILED, "cancelled_while_running")
+    assert outcome.output is None
+    _, content, is_error = _tool_result(provider, replay.requests[1])
+    assert is_error
+    assert content.startswith("Stopped (cancelled_while_running)")
     assert "sunny" not in content

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Runtime, call_events, wait_until
+from tests.integration.executor_harness import results
 from tests.integration.test_ctl_operator import (
     BOOKING,
     calls_of,
@@ -26,7 +27,6 @@ from tests.integration.test_ctl_operator import (
     wait_audit,
     wait_status,
 )
-from tests.integration.test_executor_fence import results
 
 pytestmark = pytest.mark.integration
 

@@ -34,7 +34,7 @@ from processor.ops.ctl import ControlWriter, sign_command
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
 from processor.runtime.tail import read_records
 from tests.integration.conftest import Runtime, WorkerProcess, call_events, wait_until
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     Recorder,
     group_of,

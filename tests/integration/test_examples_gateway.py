@@ -19,7 +19,7 @@ from examples.fastapi_gateway import Principal, create_app, token_table
 from examples.sqlite_executor import make_handlers
 from tests.integration import sdk_streams as sdk
 from tests.integration.conftest import Runtime, turn_started, wait_until
-from tests.integration.test_executor_fence import Executor, group_of
+from tests.integration.executor_harness import Executor, group_of
 
 pytestmark = pytest.mark.integration
 

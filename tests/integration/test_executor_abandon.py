@@ -19,7 +19,7 @@ import pytest
 
 from processor.executor import client as executor_client
 from tests.integration.conftest import Runtime
-from tests.integration.test_executor_fence import Executor, Recorder, group_of
+from tests.integration.executor_harness import Executor, Recorder, group_of
 
 pytestmark = pytest.mark.integration
 

@@ -46,7 +46,7 @@ from aiokafka.errors import KafkaTimeoutError
 
 from processor.executor.client import ExecutorClient, ExecutorStalled
 from tests.integration.conftest import Runtime, turn_started, wait_until
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     Recorder,
     group_of,

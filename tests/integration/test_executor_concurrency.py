@@ -28,17 +28,17 @@ import pytest
 from processor.executor.handlers import Call, Handlers
 from processor.runtime.partitioner import partition_for
 from tests.integration.conftest import REPO_ROOT, Runtime, turn_started, wait_until
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     Recorder,
     group_of,
+    ledger,
     make_dispatch,
     results,
     running,
     wait_results,
     write_dispatch,
 )
-from tests.integration.test_executor_ledger import ledger
 
 pytestmark = pytest.mark.integration
 

@@ -22,13 +22,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from processor.executor.handlers import Call, Handlers
-from processor.executor.records import ExecutionEntry
-from processor.runtime.tail import read_records
 from tests.integration.conftest import REPO_ROOT, Runtime, turn_started, wait_until
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     Recorder,
     group_of,
+    ledger,
     make_dispatch,
     results,
     running,
@@ -47,14 +46,6 @@ async def _hang(call: Call) -> Mapping[str, Any]:
     print(f"HANDLER-STARTED {call.dispatch_id}", flush=True)
     await asyncio.Event().wait()
     return {}
-
-
-async def ledger(runtime: Runtime) -> list[ExecutionEntry]:
-    topic = runtime.topics.executions
-    return [
-        ExecutionEntry.model_validate_json(r.value)
-        async for r in read_records(runtime.settings, topic)
-    ]
 
 
 async def rewind_group(runtime: Runtime, group: str) -> None:

@@ -33,14 +33,14 @@ from tests.integration.conftest import (
     turn_started,
     wait_until,
 )
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     group_of,
     running,
     wait_results,
     write_dispatch,
 )
-from tests.integration.test_executor_fence import make_dispatch as _make_dispatch
+from tests.integration.executor_harness import make_dispatch as _make_dispatch
 
 pytestmark = pytest.mark.integration
 

@@ -26,14 +26,14 @@ from processor.core.registry import Registry
 from processor.mcp.connection import McpConnection, ServerSpec
 from processor.mcp.tools import McpTools
 from tests.integration.conftest import REPO_ROOT, Runtime, free_port, turn_started
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     group_of,
     running,
     wait_results,
     write_dispatch,
 )
-from tests.integration.test_executor_fence import make_dispatch as _make_dispatch
+from tests.integration.executor_harness import make_dispatch as _make_dispatch
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import pytest
 
 from processor.executor.handlers import Handlers
 from tests.integration.conftest import Runtime, turn_started
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     Recorder,
     group_of,

@@ -23,7 +23,7 @@ from tests.integration.conftest import (
     turn_started,
     wait_until,
 )
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     group_of,
     make_dispatch,

@@ -19,7 +19,7 @@ import pytest
 from processor.executor import ledger as ledger_module
 from processor.executor.client import ExecutorClient
 from tests.integration.conftest import Runtime, turn_started, wait_until
-from tests.integration.test_executor_fence import (
+from tests.integration.executor_harness import (
     Executor,
     Recorder,
     group_of,

@@ -19,7 +19,7 @@ from processor.core.events import CallKey, CallStarted, encode, turn_key
 from processor.executor.handlers import Call, ExecutionFailed, Handlers, OutcomeUnknown
 from processor.executor.records import ExecutionOutcome, ExecutionResult
 from tests.integration.conftest import Runtime, call_events, turn_started
-from tests.integration.test_executor_fence import Executor, group_of
+from tests.integration.executor_harness import Executor, group_of
 
 pytestmark = pytest.mark.integration
 

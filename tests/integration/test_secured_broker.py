@@ -54,7 +54,7 @@ from tests.integration.conftest import (
     turn_started,
     wait_until,
 )
-from tests.integration.test_executor_fence import Executor, Recorder, wait_results
+from tests.integration.executor_harness import Executor, Recorder, wait_results
 from tests.secured_broker import SecuredBroker, secured_broker  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.integration

@@ -56,7 +56,7 @@ from processor.runtime.partitioner import partition_for
 from processor.runtime.tail import read_records
 from tests.chaos.faults import Broker
 from tests.integration.conftest import Runtime, call_events, free_port, turn_started, wait_until
-from tests.integration.test_executor_fence import Executor, Recorder, running
+from tests.integration.executor_harness import Executor, Recorder, running
 
 pytestmark = pytest.mark.integration
 

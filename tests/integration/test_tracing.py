@@ -26,7 +26,7 @@ from processor.runtime.partition import PartitionTask
 from processor.settings import Settings
 from tests.integration import sdk_streams as sdk
 from tests.integration.conftest import TOOLS_YAML, Runtime, call_events, turn_started, wait_until
-from tests.integration.test_executor_fence import Executor, group_of
+from tests.integration.executor_harness import Executor, group_of
 from tests.integration.test_worker_step import records_of
 
 TRACE = "00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"

@@ -155,6 +155,15 @@ def test_what_did_not_run_is_told_truthfully_and_carries_no_argument_value() -> 
         assert SECRET not in rendered and "cmd-1" not in rendered
 
 
+def test_a_call_stopped_while_it_ran_is_told_as_stopped_not_as_run() -> None:
+    stopped = Outcome(
+        key("c-x"), OutcomeKind.FAILED, "dispatched", "pay", reason="cancelled_while_running"
+    )
+    text = outcome_text(stopped)
+    assert text.startswith("Stopped (cancelled_while_running)")
+    assert "without completing" in text and "reported a failure" not in text
+
+
 def test_free_text_in_a_reason_is_never_repeated() -> None:
     odd = Outcome(key("c-x"), OutcomeKind.FAILED, "dispatched", "pay", reason=f"bad {SECRET}")
     assert SECRET not in outcome_text(odd) and "(other)" in outcome_text(odd)
