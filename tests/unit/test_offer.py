@@ -318,3 +318,24 @@ def test_openai_responses_round_trips_by_namespace() -> None:
     assert (group["name"], group["tools"][0]["name"]) == ("bookings", "transfer")
     [dispatch] = _dispatched(reg, responses_stream("bookings"), OpenAIResponsesAdapter(CTX))
     assert (dispatch.namespace, dispatch.tool) == ("bookings", "transfer")
+
+
+def test_an_mcp_imported_registry_is_offered_to_every_provider() -> None:
+    """The registry `processor tools import-mcp` wrote for the bundled MCP server
+    (deploy/mcp/tools.yaml) is offered by its reviewed text, in every provider's shape: OpenAI
+    Responses by namespace, the others by flattened name."""
+    from processor.cli.toolsfile import load_registry
+
+    imported = load_registry(Path(__file__).resolve().parents[2] / "deploy" / "mcp" / "tools.yaml")
+    [group] = tool_definitions(imported, "openai-responses", tenant="acme", actor="alice")
+    assert group["type"] == "namespace" and group["name"] == "bookings"
+    assert {t["name"] for t in group["tools"]} == {"book_slot", "list_free_slots"}
+    for provider in ("openai-chat", "anthropic", "gemini", "bedrock"):
+        rendered = repr(tool_definitions(imported, provider, tenant="acme", actor="alice"))
+        assert "bookings__book_slot" in rendered and "bookings__list_free_slots" in rendered
+    [book] = [t for t in imported.tools if t.name == "book_slot"]
+    assert book.description in repr(render_for(imported, "anthropic"))
+
+
+def render_for(reg: Registry, provider: str) -> list[dict[str, Any]]:
+    return tool_definitions(reg, provider, tenant="acme", actor="alice")
