@@ -66,7 +66,8 @@ def test_a_handler_that_says_starts_without_a_registry(requires: bool) -> None:
     _client(_handlers(requires), None)
 
 
-def test_the_registry_decides_for_a_handler_that_does_not_say() -> None:
+def test_a_handler_that_does_not_say_starts_when_the_registry_declares_its_tool() -> None:
+    """It starts; what the registry then decides is shown on a real broker, by what the
+    executor does (``tests/integration/test_executor_confirmation_registry.py``)."""
     registry = Registry.from_document({"tools": [{**BOOK, "requires_confirmation": True}]})
-    client = _client(_handlers(None), registry)
-    assert client.registry is registry
+    _client(_handlers(None), registry)
