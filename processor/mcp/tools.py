@@ -23,6 +23,14 @@ Per call, once the connection holds a live session whose listing was checked:
    "structuredContent": ...}``; an answer that is unreadable, over ``max_result_bytes`` or
    not matching the tool's pinned output schema is ``unknown`` (the server may have acted).
 
+A call whose turn is stopped while it runs (``call.stop``: a cancel, quarantine, tool disable
+or tenant stop committed meanwhile) is abandoned at once: the SDK tells the server with
+``notifications/cancelled`` for the request it wrote, and the outcome is ``unknown``,
+``cancelled_while_running`` (the server may have acted before it read the cancel), or
+``failed`` with that reason when the request was not yet written. Calls are independent
+requests on the one session, so the executor's ``--max-in-flight`` calls may be open on it at
+once.
+
 How the outcome is told (``results`` reason): ``mcp_timeout``, ``mcp_session_lost``,
 ``result_too_large``, ``malformed_result``, ``result_schema_mismatch`` (and ``mcp_error``, any
 other JSON-RPC error once the request was sent) are ``unknown``: the server may have acted.
@@ -39,6 +47,8 @@ writes an audit record). Nothing here logs argument values or server-sent text.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -246,8 +256,8 @@ class McpTools:
             check.append(self._output_check(call.tool))  # the schema pinned when it was sent
             return refused
 
-        try:
-            result = await self.connection.call_tool(
+        request = asyncio.ensure_future(
+            self.connection.call_tool(
                 call.tool,
                 call.arguments,
                 meta,
@@ -255,6 +265,26 @@ class McpTools:
                 read_timeout_seconds=self.call_timeout_seconds,
                 before_send=before_send,
             )
+        )
+        stopped = asyncio.ensure_future(call.stop.wait())
+        try:
+            await asyncio.wait({request, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not request.done():  # stopped, or this handler cancelled: abandon the request
+                request.cancel()  # the SDK tells the server: notifications/cancelled
+                with contextlib.suppress(BaseException):
+                    await request
+        if request.cancelled():
+            if check:  # written to the server: it may have acted before it read the cancel
+                raise OutcomeUnknown(
+                    "cancelled_while_running",
+                    detail="the turn was stopped while the MCP server ran the call; "
+                    "notifications/cancelled was sent",
+                )
+            raise ExecutionFailed("cancelled_while_running", detail="stopped before it was sent")
+        try:
+            result = request.result()
         except NotSent:
             raise ExecutionFailed(
                 "mcp_unavailable", retry_possible=True, detail="no session with the MCP server"

@@ -72,7 +72,11 @@ async def crash(slot: str, ctx: Context) -> str:
 async def slow(slot: str, ctx: Context) -> str:
     """Answer late."""
     _record("slow", ctx)
-    await asyncio.sleep(float(os.environ.get("MCP_TEST_SLOW_SECONDS", "30")))
+    try:
+        await asyncio.sleep(float(os.environ.get("MCP_TEST_SLOW_SECONDS", "30")))
+    except asyncio.CancelledError:  # notifications/cancelled from the client
+        _record("slow_cancelled", ctx)
+        raise
     return "late"
 
 

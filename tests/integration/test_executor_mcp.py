@@ -12,6 +12,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from processor.core.events import Audit, Dispatch
 from processor.core.registry import Registry
 from processor.mcp.connection import McpConnection, ServerSpec
 from processor.mcp.tools import META_IDEMPOTENCY_KEY, McpTools
+from processor.settings import Settings
 from tests.integration.conftest import (
     REPO_ROOT,
     Runtime,
@@ -141,7 +143,11 @@ async def pinned_registry(server: Server, tmp: Path) -> Registry:
 
 @contextlib.asynccontextmanager
 async def mcp_executor(
-    rt: Runtime, server: Server, registry: Registry, **options: Any
+    rt: Runtime,
+    server: Server,
+    registry: Registry,
+    settings: Settings | None = None,
+    **options: Any,
 ) -> AsyncIterator[tuple[McpTools, McpConnection]]:
     tools: McpTools | None = None
     changes: list[Any] = []
@@ -158,7 +164,9 @@ async def mcp_executor(
     tools.changes = changes  # type: ignore[attr-defined]
     await connection.start()
     try:
-        executor = Executor(rt.settings, tools.handlers(), group=group_of(rt), registry=registry)
+        executor = Executor(
+            settings or rt.settings, tools.handlers(), group=group_of(rt), registry=registry
+        )
         tools.executor = executor  # type: ignore[attr-defined]
         async with running(executor):
             yield tools, connection
@@ -254,6 +262,41 @@ async def test_stdio_slow_server_times_out_as_unknown(runtime: Runtime, tmp_path
         [result] = await wait_results(rt.settings, 1, timeout=60)
     assert outcome(result) == ("unknown", "mcp_timeout")
     assert server.keys("slow") == [d.dispatch_id]
+
+
+@pytest.mark.partitions(1)
+async def test_a_call_running_when_its_turn_is_stopped_is_cancelled_on_the_server(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """Issue 39, item 3: a turn stopped while its MCP call runs abandons the request at once
+    (the server gets notifications/cancelled and stops it); the outcome is unknown,
+    cancelled_while_running (the server may have acted), long before the call's timeout."""
+    rt = runtime
+    server = Server(tmp_path, "stdio", MCP_TEST_SLOW_SECONDS="40")
+    registry = await pinned_registry(server, tmp_path)
+    d = make_dispatch("acme", "t-stop", "call_0", tool="slow", arguments={"slot": "1"})
+    await rt.control(turn_started("acme", "t-stop"))
+    await write_dispatch(rt, d)
+    # the executor's own grace before it cancels a handler that ignores the stop is longer
+    # than the bound below: only the handler's own abandoning of the request meets it
+    patient = rt.settings.model_copy(update={"executor_stop_grace_seconds": 120.0})
+    async with mcp_executor(rt, server, registry, patient, call_timeout_seconds=60.0):
+        await wait_until(
+            lambda: _true(server.keys("slow") == [d.dispatch_id]),
+            timeout=60,
+            what="the slow call running on the server",
+        )
+        started = time.monotonic()
+        await rt.control(turn_cancelled("acme", "t-stop"))
+        [result] = await wait_results(rt.settings, 1, timeout=60)
+        took = time.monotonic() - started
+        await wait_until(
+            lambda: _true(server.keys("slow_cancelled") == [d.dispatch_id]),
+            timeout=30,
+            what="the server told to cancel",
+        )
+    assert outcome(result) == ("unknown", "cancelled_while_running")
+    assert took < 30  # told at once, not at the call's timeout or the server's answer
 
 
 @pytest.mark.partitions(1)
