@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from processor.core.authn import AllowUnsigned  # noqa: E402
-from processor.core.mcp_pins import import_entries  # noqa: E402
+from processor.core.mcp_import import import_entries  # noqa: E402
 from processor.core.registry import Registry  # noqa: E402
 from processor.executor.client import ExecutorClient  # noqa: E402
 from processor.executor.handlers import Handlers  # noqa: E402

@@ -207,7 +207,7 @@ async def takeover(
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
-    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
+    from processor.registry_file import load_registry  # noqa: PLC0415
     from processor.runtime import collector  # noqa: PLC0415
     from processor.settings import LimitsSettings  # noqa: PLC0415
 

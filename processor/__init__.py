@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     )
     from processor.agent.messages import outcome_text, tool_results
     from processor.agent.outcomes import Outcome, OutcomeKind
-    from processor.cli.toolsfile import load_registry
     from processor.core.assembler import Assembler
     from processor.core.errors import (
         AdapterError,
@@ -95,6 +94,7 @@ if TYPE_CHECKING:
     from processor.executor.handlers import Call, ExecutionFailed, Handlers
     from processor.integrations.httpx import tee_response, tee_response_sync
     from processor.integrations.tee import TeeState, tee_stream, tee_stream_sync
+    from processor.registry_file import load_registry
     from processor.runtime.publish import BlockingPublisher, Publisher, publish_events
     from processor.settings import Settings
 
@@ -130,7 +130,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "Assembler": "processor.core.assembler",
     "Limits": "processor.core.policy",
     "Registry": "processor.core.registry",
-    "load_registry": "processor.cli.toolsfile",
+    "load_registry": "processor.registry_file",
     "CallDelta": "processor.core.events",
     "CallEnded": "processor.core.events",
     "CallKey": "processor.core.events",

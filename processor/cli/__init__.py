@@ -11,8 +11,8 @@
   :mod:`~processor.cli.topics`, :mod:`~processor.cli.tail` (``tail``, ``audit``),
   :mod:`~processor.cli.ctl`, :mod:`~processor.cli.tools` (``tools import-mcp``),
   :mod:`~processor.cli.doctor`;
-- the files and limits the commands set up: :mod:`~processor.cli.toolsfile` (reading a tool
-  registry file) and :mod:`~processor.cli.recursion` (the interpreter's recursion limit).
+- the limits the commands set up: :mod:`~processor.cli.recursion` (the interpreter's recursion
+  limit); a tool registry file is read by the library's :mod:`processor.registry_file`.
 
 The libraries (``runtime``, ``executor``, ``ops``, ``mcp``, ``core``) import no argparse and print
 nothing (an import-linter contract and ``tests/unit/test_layout.py`` check it). Importing this

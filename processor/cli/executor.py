@@ -123,7 +123,7 @@ def _run_command(args: argparse.Namespace) -> int:
     registry = None
     if settings.tools_file is not None:
         from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
-        from processor.cli.toolsfile import load_registry  # noqa: PLC0415
+        from processor.registry_file import load_registry  # noqa: PLC0415
 
         allow_deep_validation()  # the tools load as in the worker, deep schemas included
         registry = load_registry(settings.tools_file)
@@ -280,10 +280,10 @@ async def _run_mcp_executor(
     args: argparse.Namespace, settings: Settings, server: McpSettings, spec: ServerSpec
 ) -> int:
     from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
-    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
     from processor.mcp.audit import AuditWriter  # noqa: PLC0415
     from processor.mcp.connection import McpConnection  # noqa: PLC0415
     from processor.mcp.tools import McpTools  # noqa: PLC0415
+    from processor.registry_file import load_registry  # noqa: PLC0415
 
     allow_deep_validation()
     assert settings.tools_file is not None

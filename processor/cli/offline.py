@@ -151,9 +151,9 @@ def _replay_verifier(keyring: list[str] | None) -> CommandVerifier:
 
 def _replay_command(args: argparse.Namespace) -> int:
     from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
-    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
     from processor.core.assembler import Assembler  # noqa: PLC0415
     from processor.core.policy import Limits  # noqa: PLC0415
+    from processor.registry_file import load_registry  # noqa: PLC0415
 
     allow_deep_validation()  # also for the checks of a deep schema at load
     registry = load_registry(args.tools)  # a RegistryError is one line (the CLI's boundary)

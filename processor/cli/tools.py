@@ -8,11 +8,11 @@ mcp`` (:mod:`processor.cli.executor`).
         --keyring keyring.yaml
 
 ``tools import-mcp`` writes a registry file from the server's ``tools/list`` (see
-:func:`processor.core.mcp_pins.import_entries`): in the server's namespace, or bare with
+:func:`processor.core.mcp_import.import_entries`): in the server's namespace, or bare with
 ``--no-namespace``. Each refused tool and each warning (text written escaped, names that look
 alike) is one line on stderr. With ``-o`` naming an existing registry, its entries of other
 servers and of no server are kept and this server's are replaced (a re-import): what that
-changes is said on stderr (:func:`processor.core.mcp_pins.reimport_changes`), and any change
+changes is said on stderr (:func:`processor.core.mcp_import.reimport_changes`), and any change
 is refused without ``--allow-changes``. Nothing is written unless the whole registry would
 load (a bare or namespaced name that clashes with a kept entry is refused). A program that is
 not an MCP server, or a server without a name, is one line and exit 78.
@@ -198,7 +198,7 @@ def _import_command(args: argparse.Namespace) -> int:
 
 async def _import(args: argparse.Namespace, settings: McpSettings, spec: ServerSpec) -> int:
     from processor.core.lookalikes import describe, hidden_characters  # noqa: PLC0415
-    from processor.core.mcp_pins import import_entries  # noqa: PLC0415
+    from processor.core.mcp_import import import_entries  # noqa: PLC0415
     from processor.exits import ConfigInvalid  # noqa: PLC0415
     from processor.mcp.connection import McpConnection  # noqa: PLC0415
     from processor.observability.terminal import printable  # noqa: PLC0415
@@ -288,7 +288,7 @@ def _check_reimport(
     """Say what a re-import changes in the server's reviewed entries; without
     ``--allow-changes``, any change at all is refused (a server that calls itself by a reviewed
     server's name must not replace its entries unseen)."""
-    from processor.core.mcp_pins import reimport_changes  # noqa: PLC0415
+    from processor.core.mcp_import import reimport_changes  # noqa: PLC0415
     from processor.exits import CliError  # noqa: PLC0415
 
     if not previous:

@@ -87,7 +87,7 @@ def _worker_command(args: argparse.Namespace) -> int:
             hint="name the tool registry (YAML or JSON) the worker validates calls against",
         )
     from processor.cli.recursion import allow_deep_validation  # noqa: PLC0415
-    from processor.cli.toolsfile import load_registry  # noqa: PLC0415
+    from processor.registry_file import load_registry  # noqa: PLC0415
     from processor.runtime.worker import run_worker  # noqa: PLC0415  (heavy imports)
 
     allow_deep_validation()  # also for the checks of a deep schema at load

@@ -1,7 +1,7 @@
 """Text that hides or imitates: hidden characters, mixed scripts, and confusable names.
 
 Owns the checks ``processor tools import-mcp`` runs on what an MCP server lists before a person
-reviews it (:func:`processor.core.mcp_pins.import_entries`):
+reviews it (:func:`processor.core.mcp_import.import_entries`):
 
 * :func:`hidden_characters`: the characters of a text a reader does not see, every one Python
   does not call printable (``str.isprintable``: controls, format characters such as the

@@ -1,7 +1,7 @@
 """The tool registry: declarations, versions, explicit aliases, schemas compiled once.
 
 A registry is built from an already-parsed document (``{"tools": [...]}``); reading and parsing
-the file is :mod:`processor.cli.toolsfile`'s job, so this module stays pure. Each tool's
+the file is :mod:`processor.registry_file`'s job, so this module stays pure. Each tool's
 ``parameters`` is a JSON Schema (Draft 2020-12), checked with ``check_schema`` and compiled once,
 with format checking on (the checkers of the formats it uses, :mod:`processor.core.formats`), by the
 validator of :mod:`processor.core.toolschema`, whose cost stays linear in the argument (it

@@ -39,7 +39,8 @@ from processor.executor.handlers import Call, Handlers
 from processor.executor.inflight import InFlight
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
 from processor.observability import metrics
-from processor.runtime.hanging import Previous, SweepSchedule
+from processor.runtime.hanging import SweepSchedule
+from processor.runtime.owner_fence import OwnerFence
 from processor.settings import Settings
 
 __all__ = ["DEFAULT_GROUP", "ClientState", "ExecutorStalled", "ExecutorStats"]
@@ -211,7 +212,9 @@ class ClientState:
         self._admin: AIOKafkaConsumer | None = None
         self._owned: dict[int, _Owned] = {}
         # partition → what its last unfinished fence read (hanging.across_retries)
-        self._fenced_before: dict[int, Previous | None] = {}
+        # the owner fence of each partition being taken (processor.runtime.owner_fence), kept
+        # across the tries of one take
+        self._owner_fences: dict[int, OwnerFence] = {}
         self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Final
+from typing import Any, Final
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
@@ -38,6 +38,7 @@ from processor.executor.records import ExecutionEntry, ExecutionResult, entry_ke
 from processor.observability.logging import fields
 from processor.runtime import hanging
 from processor.runtime.clients import discard_producer, settle_unawaited
+from processor.runtime.owner_fence import OwnerFence
 
 __all__ = ["Transactions"]
 
@@ -54,68 +55,40 @@ class Transactions(ClientState):
     """Writes outputs and offsets in one transaction of a partition's producer."""
 
     async def _new_producer(self, partition: int, *, in_doubt: bool = False) -> AIOKafkaProducer:
-        """``in_doubt``: the last transaction may still commit (it failed after its commit was
-        sent, or a take does not know how the last owner ended); the fence waits until the
-        coordinator decides it (:func:`processor.runtime.hanging.decided_previous`)."""
+        """A producer that took the partition's transactional id through the one owner fence
+        the workers use too (:class:`~processor.runtime.owner_fence.OwnerFence`). ``in_doubt``:
+        the last transaction may still commit (it failed after its commit was sent, or a take
+        does not know how the last owner ended); the fence waits until the coordinator decides
+        it. The coordinator is asked on a client of its own: on the group consumer's, it waits
+        behind the pending long-polled fetch (~0.5 s a take)."""
         transactional_id = f"{self.group}.executor.{partition}"
-        # how the coordinator left the id, before InitProducerId; asked on a client of its own:
-        # on the group consumer's, it waits behind the pending long-polled fetch (~0.5 s a take)
+        fence = self._owner_fences.get(partition)
+        if fence is None:
+            fence = self._owner_fences[partition] = OwnerFence(transactional_id, "executor")
+        fence.in_doubt = fence.in_doubt or in_doubt
         admin = self._admin if self._admin is not None else self._consumer
-        previous = (
-            await hanging.decided_previous(
-                admin._client,
-                transactional_id,
-                in_doubt=in_doubt,
-                bound=self.settings.transaction_timeout_ms / 1000 + _COORDINATOR_ABORT_S,
-            )
-            if admin is not None
-            else None
-        )
-        # a try whose InitProducerId went through unanswered left the id Empty
-        previous = hanging.across_retries(previous, self._fenced_before.get(partition))
-        self._fenced_before[partition] = previous
+        if admin is None:
+            raise KafkaTimeoutError(f"no client to fence {transactional_id} with")
         topics = (self.topics.executions, self.topics.results, self.topics.status)
-        if admin is not None:  # a skipped commit marker we may not write: held before Init
-            await hanging.hold_before_fence(
-                admin._client,
-                previous=previous,
+        settings = self.settings
+
+        def make_producer() -> AIOKafkaProducer:
+            return AIOKafkaProducer(
+                **settings.kafka_client_kwargs(),
                 transactional_id=transactional_id,
-                partitions=await hanging.partitions_of(admin._client, topics),
-                owner="executor",
-                bootstrap=self.settings.bootstrap_servers,
+                enable_idempotence=True,
+                acks="all",
+                transaction_timeout_ms=settings.transaction_timeout_ms,
+                max_request_size=settings.max_message_bytes,
             )
-        producer = AIOKafkaProducer(
-            **self.settings.kafka_client_kwargs(),
-            transactional_id=transactional_id,
-            enable_idempotence=True,
-            acks="all",
-            transaction_timeout_ms=self.settings.transaction_timeout_ms,
-            max_request_size=self.settings.max_message_bytes,
+
+        async def partitions(client: Any) -> list[TopicPartition]:
+            return await hanging.partitions_of(client, topics)
+
+        producer = await fence.take(
+            admin._client, settings, make_producer, partitions, what=f"dispatch[{partition}]"
         )
-        try:
-            # InitProducerId: fences and completes the previous owner's txn. aiokafka retries it
-            # without a bound (and without a log line) while the coordinator answers
-            # CONCURRENT_TRANSACTIONS or is loading, or cannot be found: bounded here
-            async with asyncio.timeout(self.settings.request_timeout_ms / 1000):
-                await producer.start()
-            # before it writes anything: what the coordinator completed without a marker on an
-            # output partition (processor.runtime.hanging); TransactionHeld when it may not
-            await hanging.end_own_hanging(
-                producer.client,
-                producer_id=producer._txn_manager.producer_id,
-                transactional_id=transactional_id,
-                partitions=await hanging.partitions_of(producer.client, topics),
-                owner="executor",
-                bootstrap=self.settings.bootstrap_servers,
-                previous=previous,
-            )
-            self._fenced_before.pop(partition, None)
-        except TimeoutError:
-            await discard_producer(producer)
-            raise KafkaTimeoutError(f"InitProducerId of {transactional_id} timed out") from None
-        except BaseException:
-            await discard_producer(producer)
-            raise
+        self._owner_fences.pop(partition, None)  # taken: the next take starts afresh
         return producer
 
     def _entry_out(self, entry: ExecutionEntry) -> _Out:

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from processor.cli.toolsfile import load_registry
 from processor.executor.handlers import Call, Handlers
+from processor.registry_file import load_registry
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:

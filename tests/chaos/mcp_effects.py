@@ -23,7 +23,7 @@ import orjson
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from processor.cli.toolsfile import load_registry
+from processor.registry_file import load_registry
 from tests.chaos.effects import arguments_digest
 
 SERVER_NAME = "chaos-effects"

@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from processor.cli.toolsfile import load_registry
+from processor.registry_file import load_registry
 from processor.runtime.acls import Role, acl_bindings, parse_principals
 from processor.settings import Settings
 from tests.deploy.conftest import CHART, cli_accepts

@@ -1,4 +1,4 @@
-"""Fuzz target ``toolsfile``: hostile tools files through :func:`processor.cli.toolsfile.load_registry`.
+"""Fuzz target ``toolsfile``: hostile tools files through :func:`processor.registry_file.load_registry`.
 
 A tools file is the operator's, but every bad input gets a clear error: the CLI turns a
 ``RegistryError`` into one line naming the file, the tool and the reason, and anything else
@@ -25,10 +25,10 @@ from typing import Any
 import orjson
 import yaml
 
-from processor.cli.toolsfile import load_registry
 from processor.core.errors import RegistryError
 from processor.core.registry import SelfContaining, expanded_size
 from processor.core.validation import validate_call
+from processor.registry_file import load_registry
 from tests.fuzz import schemas
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tools.yaml"

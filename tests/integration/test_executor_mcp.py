@@ -21,11 +21,11 @@ import orjson
 import pytest
 import yaml
 
-from processor.cli.toolsfile import load_registry
 from processor.core.events import Audit, Dispatch
 from processor.core.registry import Registry
 from processor.mcp.connection import McpConnection, ServerSpec
 from processor.mcp.tools import META_IDEMPOTENCY_KEY, McpTools
+from processor.registry_file import load_registry
 from processor.settings import Settings
 from tests.integration.conftest import (
     REPO_ROOT,

@@ -20,11 +20,11 @@ import orjson
 import pytest
 import yaml
 
-from processor.cli.toolsfile import load_registry
 from processor.core.events import Dispatch
 from processor.core.registry import Registry
 from processor.mcp.connection import McpConnection, ServerSpec
 from processor.mcp.tools import McpTools
+from processor.registry_file import load_registry
 from tests.integration.conftest import REPO_ROOT, Runtime, free_port, turn_started
 from tests.integration.executor_harness import (
     Executor,

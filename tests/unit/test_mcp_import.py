@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from processor.core.lookalikes import confusable_pairs, hidden_characters, scripts, skeleton
-from processor.core.mcp_pins import ToolDefinition, import_entries, reimport_changes
+from processor.core.mcp_import import import_entries, reimport_changes
+from processor.core.mcp_pins import ToolDefinition
 from processor.core.registry import Registry
 from processor.observability.terminal import printable
 

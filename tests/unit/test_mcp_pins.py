@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from processor.core.errors import ConfigurationError, RegistryError
+from processor.core.mcp_import import import_entries
 from processor.core.mcp_pins import (
     DIGEST_VERSION,
     PinState,
     ToolDefinition,
     compare,
-    import_entries,
     refuse_old_digests,
 )
 from processor.core.registry import Registry

@@ -324,7 +324,7 @@ def test_an_mcp_imported_registry_is_offered_to_every_provider() -> None:
     """The registry `processor tools import-mcp` wrote for the bundled MCP server
     (deploy/mcp/tools.yaml) is offered by its reviewed text, in every provider's shape: OpenAI
     Responses by namespace, the others by flattened name."""
-    from processor.cli.toolsfile import load_registry
+    from processor.registry_file import load_registry
 
     imported = load_registry(Path(__file__).resolve().parents[2] / "deploy" / "mcp" / "tools.yaml")
     [group] = tool_definitions(imported, "openai-responses", tenant="acme", actor="alice")

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from processor.cli.toolsfile import load_registry
 from processor.core.errors import RegistryError
 from processor.core.registry import Registry, ValidationContext, expanded_size
 from processor.core.validation import Rejected, Validated, validate_call
+from processor.registry_file import load_registry
 
 TOOL = {"name": "t", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}
 
@@ -136,7 +136,7 @@ def test_a_tools_file_of_nested_yaml_aliases_is_refused_at_once(tmp_path: Path) 
     path.write_text(LAUGHS)
     code = (
         "import sys\nfrom processor.core.errors import RegistryError\n"
-        "from processor.cli.toolsfile import load_registry\n"
+        "from processor.registry_file import load_registry\n"
         f"try:\n    load_registry({str(path)!r})\nexcept RegistryError as exc:\n"
         "    print(exc.detail)\n"
     )

@@ -99,7 +99,7 @@ def test_a_namespace_the_wire_cannot_carry_is_refused_at_load(bad: Any) -> None:
 
 
 def test_a_tools_file_declares_a_namespace(tmp_path: Any) -> None:
-    from processor.cli.toolsfile import load_registry
+    from processor.registry_file import load_registry
 
     path = tmp_path / "tools.yaml"
     path.write_text(
