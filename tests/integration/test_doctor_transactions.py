@@ -55,6 +55,7 @@ from tests.integration.test_secured_broker import (  # noqa: F401  (fixtures)
     run_cli,
 )
 from tests.secured_broker import secured_broker  # noqa: F401  (fixture)
+from tests.txn_seams import producer_identity, write_unannounced
 
 
 class _Bounded:
@@ -89,11 +90,11 @@ async def _leave_committed_open(admin: Settings, hidden: TopicPartition) -> tupl
     )
     await producer.start()
     try:
-        ids = (producer._txn_manager.producer_id, producer._txn_manager.producer_epoch)
+        ids = producer_identity(producer)
         await producer.begin_transaction()
         at = hidden.partition
         await (await producer.send(admin.topics.status, b"{}", key=b"acme/t", partition=at))
-        producer._txn_manager._txn_partitions.add(hidden)  # never added on the coordinator
+        write_unannounced(producer, hidden)  # never added on the coordinator
         await (await producer.send(hidden.topic, COMMITTED, key=b"acme/t", partition=at))
         await producer.commit_transaction()
         return ids
@@ -202,7 +203,7 @@ async def test_the_doctor_commits_what_the_coordinator_committed_and_leaves_othe
 
         # the other application's transaction is still open, and its commit shows its record
         assert [t.producer_id for t in await _open_on(admin, fragments_0)] == [
-            foreign._txn_manager.producer_id
+            producer_identity(foreign)[0]
         ]
         await foreign.commit_transaction()
         assert FOREIGN in await _values(admin, topics.fragments)

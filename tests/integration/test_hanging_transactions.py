@@ -26,6 +26,7 @@ from processor.runtime import hanging
 from processor.runtime.clients import discard_producer
 from processor.settings import Settings
 from tests.kafka_broker import create_topics, delete_topics, read_partition
+from tests.txn_seams import producer_identity
 
 pytestmark = pytest.mark.integration
 
@@ -50,8 +51,8 @@ async def left_open(kafka_bootstrap: str, topic_prefix: str) -> AsyncIterator[Op
     )
     await producer.start()
     try:
-        case.producer_id = producer._txn_manager.producer_id
-        case.epoch = producer._txn_manager.producer_epoch
+        case.producer_id = producer_identity(producer)[0]
+        case.epoch = producer_identity(producer)[1]
         await producer.begin_transaction()
         for value in (b"aborted-1", b"aborted-2"):
             await (await producer.send(case.tp.topic, value, partition=0))
@@ -128,7 +129,7 @@ async def test_doctor_leaves_live_and_foreign_transactions_alone(
     )
     await ours.start()
     try:
-        ours_id = ours._txn_manager.producer_id
+        ours_id = producer_identity(ours)[0]
         await ours.begin_transaction()
         await (await ours.send(case.tp.topic, b"ours", partition=1))
     finally:

@@ -56,6 +56,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.executor_harness import Executor, Recorder, wait_results
 from tests.secured_broker import SecuredBroker, secured_broker  # noqa: F401  (fixture)
+from tests.txn_seams import write_unannounced
 
 pytestmark = pytest.mark.integration
 
@@ -508,7 +509,7 @@ async def _leave_open(admin: Settings, tp: TopicPartition, turn: str) -> None:
     try:
         await producer.begin_transaction()
         await (await producer.send(admin.topics.status, b"{}", partition=0))
-        producer._txn_manager._txn_partitions.add(tp)  # never added on the coordinator
+        write_unannounced(producer, tp)  # never added on the coordinator
         value = orjson.dumps({"type": "dispatch", "turn_id": turn, "dispatch_id": "aborted"})
         await (await producer.send(tp.topic, value, partition=0))
         await producer.abort_transaction()

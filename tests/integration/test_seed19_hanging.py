@@ -57,6 +57,7 @@ from processor.runtime.tail import read_records
 from tests.chaos.faults import Broker
 from tests.integration.conftest import Runtime, call_events, free_port, turn_started, wait_until
 from tests.integration.executor_harness import Executor, Recorder, running
+from tests.txn_seams import producer_identity, write_unannounced
 
 pytestmark = pytest.mark.integration
 
@@ -177,11 +178,11 @@ async def _leave_open(runtime: Runtime, dispatch_0: TopicPartition) -> int:
     )
     await producer.start()
     try:
-        producer_id: int = producer._txn_manager.producer_id
+        producer_id: int = producer_identity(producer)[0]
         await producer.begin_transaction()
         await (await producer.send(runtime.topics.status, b"{}", key=b"acme/t-19", partition=0))
         # the coordinator never learns of dispatch-0: it will complete the abort without it
-        producer._txn_manager._txn_partitions.add(dispatch_0)
+        write_unannounced(producer, dispatch_0)
         record = Dispatch(
             tenant="acme",
             turn_id=TURN,
@@ -222,11 +223,11 @@ async def _leave_open_raw(
     )
     await producer.start()
     try:
-        producer_id: int = producer._txn_manager.producer_id
+        producer_id: int = producer_identity(producer)[0]
         await producer.begin_transaction()
         where = hidden.partition
         await (await producer.send(known, b"{}", key=b"acme/t-19", partition=where))
-        producer._txn_manager._txn_partitions.add(hidden)
+        write_unannounced(producer, hidden)
         await (await producer.send(hidden.topic, value, key=b"acme/t-19", partition=where))
         if commit:
             await producer.commit_transaction()
@@ -250,8 +251,8 @@ async def _a_skipped_commit_is_swept(runtime: Runtime) -> None:
     )
     await producer.start()
     try:
-        pid: int = producer._txn_manager.producer_id
-        epoch: int = producer._txn_manager.producer_epoch
+        pid: int = producer_identity(producer)[0]
+        epoch: int = producer_identity(producer)[1]
         sweep = functools.partial(
             hanging.end_skipped_commits,
             producer.client,
@@ -263,7 +264,7 @@ async def _a_skipped_commit_is_swept(runtime: Runtime) -> None:
         )
         await producer.begin_transaction()
         await (await producer.send(runtime.topics.status, b"{}", key=b"acme/t-s", partition=1))
-        producer._txn_manager._txn_partitions.add(hidden)
+        write_unannounced(producer, hidden)
         await (await producer.send(hidden.topic, b"swept", key=b"acme/t-s", partition=1))
         assert await sweep() == []  # ours, in flight: not the sweep's
         await producer.commit_transaction()
