@@ -94,8 +94,11 @@ def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
     # cancel_after_end turns race the worker: their calls may be dispatched too
     assert summary["dispatched"] >= report.verdict.must_dispatch > 50, summary
     assert report.fates.get("cancel_after_end", 0) >= 5, report.fates
-    # calls cancelled before the group claimed them: there were some, and none ran
-    assert summary["fenced"] >= 1 and summary["ran_after_cancel"] == 0, summary
+    # none of the calls whose cancellation was committed before the group claimed them ran.
+    # How many there are is a race with the executors (none, when they are quick): that the
+    # fence refuses such a call is shown deterministically in test_executor_fence.py
+    # (test_control_written_before_execution_refuses_the_call), not counted here
+    assert summary["ran_after_cancel"] == 0, summary
     assert summary["unreported"] == 0 and summary["executed_twice"] == 0, summary
     # a kill landed inside a handler: reported unknown by the member that took over
     assert summary["outcomes"].get("unknown", 0) >= 1, summary
