@@ -62,7 +62,19 @@ def on_turn_cancelled(
     outcome = admit(state, event, now, out)
     if outcome is None:
         return
-    reason = cancel_reason(event.reason)
+    _cancel_turn(state, event, cancel_reason(event.reason), outcome=outcome, now=now, out=out)
+
+
+def _cancel_turn(
+    state: AssemblyState,
+    event: TurnCancelled | CallDenied,
+    reason: TerminalReason,
+    *,
+    outcome: AuditOutcome,
+    now: float,
+    out: list[OutputRecord],
+) -> None:
+    """Cancel ``event``'s turn (absorbing), stop its open calls, audit the command."""
     turn = state.control.ensure_turn(event.tenant, event.turn_id, now)
     if turn.cancelled is None:
         state.control.cancel_turn(turn, reason.value)
@@ -144,13 +156,7 @@ def _cancel_for_denial(
 ) -> None:
     """A denial that cannot be remembered on its own (its turn holds
     ``max_denials_per_turn`` of them, or no turn record can be made) cancels the turn."""
-    reason = TerminalReason.TURN_CANCELLED
-    turn = state.control.ensure_turn(event.tenant, event.turn_id, now)
-    if turn.cancelled is None:
-        state.control.cancel_turn(turn, reason.value)
-        state.mark(turn_state_key(event.tenant, event.turn_id))
-    affected = stop(state, state.turn_calls(event.tenant, event.turn_id), reason, now, out)
-    out.append(outputs.audit(event, outcome, None, affected, now))
+    _cancel_turn(state, event, TerminalReason.TURN_CANCELLED, outcome=outcome, now=now, out=out)
 
 
 def _confirmation_problem(
