@@ -42,10 +42,10 @@ async def run(calls: int) -> dict[str, Any]:
     from processor.core.inert import InertCall  # noqa: PLC0415
     from processor.core.registry import Registry  # noqa: PLC0415
     from processor.core.states import CallState, TerminalReason  # noqa: PLC0415
-    from processor.runtime.clients import admin_client  # noqa: PLC0415
+    from processor.kafka.clients import admin_client  # noqa: PLC0415
+    from processor.kafka.topics import create_topics  # noqa: PLC0415
     from processor.runtime.restore import restore_partition  # noqa: PLC0415
     from processor.runtime.store import RocksStore  # noqa: PLC0415
-    from processor.runtime.topics import create_topics  # noqa: PLC0415
     from processor.settings import Settings  # noqa: PLC0415
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")

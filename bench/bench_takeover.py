@@ -22,8 +22,8 @@ Then, interleaved, ``--repeat`` times each (the order rotates from one repeat to
 * ``checkpoint``: ``prepare`` with the previous owner's state directory: open its store, load
   it, then read the changelog tail after its checkpoint (empty: the owner stopped cleanly).
 * ``raw``: a read_committed consumer with the restore's own settings
-  (:func:`~processor.runtime.clients.committed_reader`, 16 MiB fetches, 5,000 records a poll,
-  :func:`~processor.runtime.clients.read_to_end`) reading the same changelog partition from the
+  (:func:`~processor.kafka.clients.committed_reader`, 16 MiB fetches, 5,000 records a poll,
+  :func:`~processor.kafka.clients.read_to_end`) reading the same changelog partition from the
   beginning to its end offset, counting key + value bytes, decoding nothing; start to stop of
   the consumer, as the restore's own timing.
 
@@ -138,7 +138,7 @@ async def raw_read(settings: Any) -> dict[str, Any]:
     """Changelog partition 0 from the beginning to its end offset, bytes counted, undecoded."""
     from aiokafka.structs import TopicPartition  # noqa: PLC0415
 
-    from processor.runtime.clients import committed_reader, read_to_end  # noqa: PLC0415
+    from processor.kafka.clients import committed_reader, read_to_end  # noqa: PLC0415
 
     tp = TopicPartition(settings.topics.changelog, 0)
     count = [0, 0]

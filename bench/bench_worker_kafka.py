@@ -59,7 +59,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor  # noqa:
 from aiokafka.structs import TopicPartition  # noqa: E402
 
 from processor.core.events import encode, turn_key  # noqa: E402
-from processor.runtime.codec import Outbound  # noqa: E402
+from processor.kafka.codec import Outbound  # noqa: E402
 from processor.runtime.transaction import CommitPlan, commit, producer_kwargs  # noqa: E402
 from processor.settings import Settings  # noqa: E402
 from tests.integration.conftest import Runtime, call_events, turn_started  # noqa: E402

@@ -94,8 +94,8 @@ if TYPE_CHECKING:
     from processor.executor.handlers import Call, ExecutionFailed, Handlers
     from processor.integrations.httpx import tee_response, tee_response_sync
     from processor.integrations.tee import TeeState, tee_stream, tee_stream_sync
+    from processor.kafka.publish import BlockingPublisher, Publisher, publish_events
     from processor.registry_file import load_registry
-    from processor.runtime.publish import BlockingPublisher, Publisher, publish_events
     from processor.settings import Settings
 
 __version__: Final = "0.1.0"
@@ -154,9 +154,9 @@ _EXPORTS: Final[dict[str, str]] = {
     "OpenAIResponsesAdapter": "processor.adapters.openai_responses",
     "tool_definitions": "processor.adapters.offer",
     # gateways
-    "Publisher": "processor.runtime.publish",
-    "BlockingPublisher": "processor.runtime.publish",
-    "publish_events": "processor.runtime.publish",
+    "Publisher": "processor.kafka.publish",
+    "BlockingPublisher": "processor.kafka.publish",
+    "publish_events": "processor.kafka.publish",
     "tee_stream": "processor.integrations.tee",
     "tee_stream_sync": "processor.integrations.tee",
     "TeeState": "processor.integrations.tee",

@@ -152,13 +152,13 @@ class Settings(BaseSettings):
     ssl_check_hostname: bool = True
     request_timeout_ms: int = Field(default=30_000, gt=0)
     # how long a worker or executor waits for an unreachable broker (at start-up, or once lost)
-    # before it exits 69 (processor.runtime.reachability)
+    # before it exits 69 (processor.kafka.reachability)
     startup_timeout_seconds: float = Field(default=60.0, gt=0)
 
     # -- topics ----------------------------------------------------------------------------
     topic_prefix: str = "toolcalls."
     partitions: int = Field(default=6, gt=0)
-    # None (the default): chosen from the cluster by `topics create` (processor.runtime.topics):
+    # None (the default): chosen from the cluster by `topics create` (processor.kafka.topics):
     # 3 when it has three or more brokers, else its broker count
     replication_factor: int | None = Field(default=None, gt=0)
     # None: 2 for topics of replication 3 or more, else the broker's default

@@ -43,9 +43,9 @@ from processor.core.events import (
     ResponseEnded,
     turn_key,
 )
-from processor.runtime.background import BackgroundLoop
-from processor.runtime.clients import admin_client, committed_reader, stop_consumer
-from processor.runtime.partitioner import partition_for
+from processor.kafka.background import BackgroundLoop
+from processor.kafka.clients import admin_client, committed_reader, stop_consumer
+from processor.kafka.partitioner import partition_for
 from processor.settings import Settings
 
 __all__ = [

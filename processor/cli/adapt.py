@@ -225,8 +225,8 @@ def _write_line(data: bytes) -> None:
 def _publish(args: argparse.Namespace, events: list[FragmentEvent], adapter: StreamAdapter) -> None:
     import asyncio  # noqa: PLC0415
 
+    from processor.kafka.publish import publish_events  # noqa: PLC0415
     from processor.observability import metrics  # noqa: PLC0415
-    from processor.runtime.publish import publish_events  # noqa: PLC0415
 
     settings = settings_from_args(args)
     count = asyncio.run(publish_events(settings, events, args.traceparent))

@@ -4,7 +4,7 @@ and the remedy their coordinator's decision calls for.
 A hanging transaction is one that nothing will end: its coordinator completed it without writing
 the marker on a partition (docs/reliability.md, "Seed 19"). It holds back every
 ``read_committed`` reader of the partition at its first offset. Workers and executors end their
-own when they take a partition and between transactions (:mod:`processor.runtime.hanging`);
+own when they take a partition and between transactions (:mod:`processor.kafka.hanging`);
 this command is the operator's view, and the way out when a task may not::
 
     processor doctor transactions [--older-than SECONDS] [--executor-group GROUP ...]
@@ -13,7 +13,7 @@ this command is the operator's view, and the way out when a task may not::
 It asks the leader of every partition of the deployment's topics for open transactions
 (DescribeProducers, READ on the topics) and the coordinator of each of this deployment's
 transactional ids how it left them (DescribeTransactions, DESCRIBE on the ids), and gives each a
-verdict (:mod:`processor.runtime.txn_remedies`): ``commit`` or ``abort`` (the coordinator
+verdict (:mod:`processor.kafka.txn_remedies`): ``commit`` or ``abort`` (the coordinator
 decided so and skipped this partition's marker), ``undecided`` (ours, but the coordinator no
 longer knows how it ended: left to its task), ``ending``, ``open`` or ``foreign`` (never
 touched). ``--older-than`` is the grace, past a transaction's own timeout, before a decided one
@@ -102,8 +102,8 @@ def run_transactions(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 async def _transactions(settings: Any, args: argparse.Namespace, out: IO[str]) -> int:
-    from processor.runtime import txn_remedies  # noqa: PLC0415  (aiokafka off the parser's path)
-    from processor.runtime.clients import admin_client  # noqa: PLC0415
+    from processor.kafka import txn_remedies  # noqa: PLC0415  (aiokafka off the parser's path)
+    from processor.kafka.clients import admin_client  # noqa: PLC0415
 
     groups = args.executor_group or [_DEFAULT_EXECUTOR_GROUP]
     async with admin_client(settings) as admin:
@@ -209,7 +209,7 @@ def _refusals() -> Iterator[None]:
     naming the permission the principal lacks (not exit 70, an internal error)."""
     from aiokafka import errors  # noqa: PLC0415
 
-    from processor.runtime.txn_admin import HangingError  # noqa: PLC0415
+    from processor.kafka.txn_admin import HangingError  # noqa: PLC0415
 
     try:
         yield

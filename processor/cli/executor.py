@@ -46,9 +46,9 @@ from processor.core.errors import ProcessorError
 from processor.executor.client import DEFAULT_GROUP, ExecutorClient, ExecutorStalled
 from processor.executor.handlers import load_handlers
 from processor.exits import CliError, classify
+from processor.kafka import topics as runtime_topics
+from processor.kafka.clients import admin_client
 from processor.observability.logging import configure_logging, fields
-from processor.runtime import topics as runtime_topics
-from processor.runtime.clients import admin_client
 from processor.settings import Settings
 
 if TYPE_CHECKING:
@@ -164,8 +164,8 @@ _verifier = verifier_for  # its earlier name
 
 async def serve(client: ExecutorClient, *, create_topics: bool) -> int:
     """Run ``client`` until a signal or a lost broker: the body of every executor command."""
-    from processor.runtime.clients import ignore_fenced_leftovers  # noqa: PLC0415
-    from processor.runtime.reachability import BrokerWatch, wait_for_broker  # noqa: PLC0415
+    from processor.kafka.clients import ignore_fenced_leftovers  # noqa: PLC0415
+    from processor.kafka.reachability import BrokerWatch, wait_for_broker  # noqa: PLC0415
 
     settings = client.settings
     lost: list[CliError] = []

@@ -1,4 +1,4 @@
-"""``processor tail``: print committed records of an output topic (:mod:`processor.runtime.tail`),
+"""``processor tail``: print committed records of an output topic (:mod:`processor.kafka.tail`),
 and ``processor audit``: list and filter the audit trail (:mod:`processor.ops.audit`).
 """
 
@@ -15,7 +15,7 @@ import orjson
 from processor.cli.flags import add_common_flags, add_connection_flags, load_settings
 from processor.core.events import AuditOutcome
 from processor.exits import ConfigInvalid
-from processor.runtime.tail import TAIL_ROLES, run_tail
+from processor.kafka.tail import TAIL_ROLES, run_tail
 
 
 def register(

@@ -1,6 +1,6 @@
 """``processor topics create|describe``: create the processor's topics (and print or apply the
 ACLs of the README table), or show their partitions, replication and policies
-(:mod:`processor.runtime.topics`, :mod:`processor.runtime.acls`).
+(:mod:`processor.kafka.topics`, :mod:`processor.kafka.acls`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 
 from processor.cli.flags import add_common_flags, load_settings
 from processor.exits import ExitCode
-from processor.runtime.clients import admin_client
-from processor.runtime.topics import (
+from processor.kafka.clients import admin_client
+from processor.kafka.topics import (
     EXECUTOR_LEDGER,
     WORKER_INPUTS,
     TopicLayoutError,
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _topics_create_command(args: argparse.Namespace) -> int:
-    from processor.runtime import acls  # noqa: PLC0415
+    from processor.kafka import acls  # noqa: PLC0415
 
     settings = load_settings(
         args, "processor", group_id=args.group_id, application_id=args.application_id

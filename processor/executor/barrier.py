@@ -40,10 +40,10 @@ from aiokafka.structs import ConsumerRecord
 
 from processor.core.errors import ConfigurationError, KafkaStepError
 from processor.executor.fence import ApplyOutcome, FenceState
+from processor.kafka.clients import committed_reader, read_to_end, stop_consumer
+from processor.kafka.partitioner import partition_for
+from processor.kafka.topics import partition_count
 from processor.observability import metrics
-from processor.runtime.clients import committed_reader, read_to_end, stop_consumer
-from processor.runtime.partitioner import partition_for
-from processor.runtime.topics import partition_count
 from processor.settings import Settings
 
 __all__ = ["BarrierTimeout", "ControlBarrier"]
@@ -179,7 +179,7 @@ class ControlBarrier:
         def apply(record: ConsumerRecord) -> None:
             if record.value is None:
                 return
-            # the broker's append time: control uses LogAppendTime (processor.runtime.topics)
+            # the broker's append time: control uses LogAppendTime (processor.kafka.topics)
             outcome = state.apply_record(record.value, record.timestamp / 1000.0)
             self.applied[outcome] += 1
             metrics.EXECUTOR_CONTROL_RECORDS.labels(outcome.value).inc()

@@ -104,11 +104,11 @@ from processor.executor.executor_state import (
 )
 from processor.executor.ledger import restore_ledger_partition
 from processor.executor.records import EntryState
+from processor.kafka import hanging
+from processor.kafka.clients import committed_reader, discard_producer, stop_consumer
+from processor.kafka.topics import partition_counts
 from processor.observability import metrics
 from processor.observability.logging import fields
-from processor.runtime import hanging
-from processor.runtime.clients import committed_reader, discard_producer, stop_consumer
-from processor.runtime.topics import partition_counts
 
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStalled", "ExecutorStats"]
 
@@ -523,7 +523,7 @@ class ExecutorClient(Claims):
                     except Exception as exc:
                         delay = min(max(delay, 1.0) * 2, 30.0)
                         if isinstance(exc, hanging.TransactionHeld):
-                            continue  # logged once by processor.runtime.hanging
+                            continue  # logged once by processor.kafka.hanging
                         log.warning(
                             "retrying the take of a dispatch partition",
                             extra=fields(partition=tp.partition, error=type(exc).__name__),

@@ -38,9 +38,9 @@ from processor.executor.fence import FenceState, Refusal, Requirements
 from processor.executor.handlers import Call, Handlers
 from processor.executor.inflight import InFlight
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
+from processor.kafka.hanging import SweepSchedule
+from processor.kafka.owner_fence import OwnerFence
 from processor.observability import metrics
-from processor.runtime.hanging import SweepSchedule
-from processor.runtime.owner_fence import OwnerFence
 from processor.settings import Settings
 
 __all__ = ["DEFAULT_GROUP", "ClientState", "ExecutorStalled", "ExecutorStats"]
@@ -212,7 +212,7 @@ class ClientState:
         self._admin: AIOKafkaConsumer | None = None
         self._owned: dict[int, _Owned] = {}
         # partition → what its last unfinished fence read (hanging.across_retries)
-        # the owner fence of each partition being taken (processor.runtime.owner_fence), kept
+        # the owner fence of each partition being taken (processor.kafka.owner_fence), kept
         # across the tries of one take
         self._owner_fences: dict[int, OwnerFence] = {}
         self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed

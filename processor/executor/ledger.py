@@ -44,7 +44,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from processor.core.errors import RecordRejected
 from processor.executor.barrier import BarrierTimeout
 from processor.executor.records import ExecutionEntry, decode_entry
-from processor.runtime.clients import committed_reader, read_to_end
+from processor.kafka.clients import committed_reader, read_to_end
 from processor.settings import Settings
 
 __all__ = ["restore_ledger_partition"]

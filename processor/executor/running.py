@@ -37,9 +37,9 @@ from processor.executor.fence import RefusalCode, Requirements
 from processor.executor.fencing import Fencing
 from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
 from processor.executor.records import EntryState, ExecutionEntry, ExecutionOutcome, ExecutionResult
+from processor.kafka.codec import traceparent_of
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
-from processor.runtime.codec import traceparent_of
 
 __all__ = ["Running"]
 

@@ -35,10 +35,10 @@ from processor.executor.executor_state import (
     _TransactionFailed,
 )
 from processor.executor.records import ExecutionEntry, ExecutionResult, entry_key
+from processor.kafka import hanging
+from processor.kafka.clients import discard_producer, settle_unawaited
+from processor.kafka.owner_fence import OwnerFence
 from processor.observability.logging import fields
-from processor.runtime import hanging
-from processor.runtime.clients import discard_producer, settle_unawaited
-from processor.runtime.owner_fence import OwnerFence
 
 __all__ = ["Transactions"]
 
@@ -56,7 +56,7 @@ class Transactions(ClientState):
 
     async def _new_producer(self, partition: int, *, in_doubt: bool = False) -> AIOKafkaProducer:
         """A producer that took the partition's transactional id through the one owner fence
-        the workers use too (:class:`~processor.runtime.owner_fence.OwnerFence`). ``in_doubt``:
+        the workers use too (:class:`~processor.kafka.owner_fence.OwnerFence`). ``in_doubt``:
         the last transaction may still commit (it failed after its commit was sent, or a take
         does not know how the last owner ended); the fence waits until the coordinator decides
         it. The coordinator is asked on a client of its own: on the group consumer's, it waits
@@ -131,7 +131,7 @@ class Transactions(ClientState):
     async def _sweep_skipped(self, owned: _Owned) -> None:
         """Between transactions: COMMIT what the coordinator committed for this partition's
         producer without a marker on an output partition
-        (:func:`processor.runtime.hanging.end_skipped_commits`), when ``owned.sweeps`` says it
+        (:func:`processor.kafka.hanging.end_skipped_commits`), when ``owned.sweeps`` says it
         is due (bounded; one that fails is tried again later)."""
         if owned.lost or owned.discarded:
             return

@@ -12,7 +12,7 @@
 anthropic ``RawMessageStreamEvent``/``MessageStreamEvent``, google-genai
 ``GenerateContentResponse`` or boto3 ``converse_stream`` event dicts; the provider is recognised
 from the first event (or named with ``provider=``, one of :data:`ADAPTERS`). ``tee_stream_sync``
-is the same for a synchronous stream and a :class:`~processor.runtime.publish.BlockingPublisher`.
+is the same for a synchronous stream and a :class:`~processor.kafka.publish.BlockingPublisher`.
 
 How the response ends on the publishing side:
 
@@ -27,7 +27,7 @@ How the response ends on the publishing side:
   task is cancelled, or the stream raises: ``adapter.abort(reason)`` ends every open response
   ``error`` (``consumer_stopped``, ``cancelled``, ``stream_error``), so nothing of it can act;
 * a publish raises (the publisher already replaced a broken producer and sent the events again
-  within its bound, :mod:`processor.runtime.idempotent`; what reached Kafka of them is a prefix,
+  within its bound, :mod:`processor.kafka.idempotent`; what reached Kafka of them is a prefix,
   in order): the same abort (``stream_error``), its ``response.ended`` published if the
   publisher can, and the error propagates to the caller;
 * a provider event the adapter cannot read: the adapter fails closed (its open responses end
@@ -105,7 +105,7 @@ STREAM_ERROR: Final = "stream_error"
 
 
 class AsyncSink(Protocol):
-    """Where an async tee publishes (a :class:`~processor.runtime.publish.Publisher`)."""
+    """Where an async tee publishes (a :class:`~processor.kafka.publish.Publisher`)."""
 
     async def publish(
         self, events: Iterable[FragmentEvent], traceparent: str | None = None
@@ -115,7 +115,7 @@ class AsyncSink(Protocol):
 
 
 class SyncSink(Protocol):
-    """Where a sync tee publishes (a :class:`~processor.runtime.publish.BlockingPublisher`)."""
+    """Where a sync tee publishes (a :class:`~processor.kafka.publish.BlockingPublisher`)."""
 
     def publish(self, events: Iterable[FragmentEvent], traceparent: str | None = None) -> int: ...
 

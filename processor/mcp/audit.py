@@ -4,7 +4,7 @@
 ``mcp.tool_removed``; outcome ``rejected``; issued by ``mcp:<server>``; the two digests in its
 reason; no tenant, no call keys), and :class:`AuditWriter` writes it to ``audit`` (keyed
 ``mcp/<server>``) with an idempotent producer started on first use, renewed after a fatal
-producer error (:mod:`processor.runtime.idempotent`; the record's ``audit_id`` is stable, so a
+producer error (:mod:`processor.kafka.idempotent`; the record's ``audit_id`` is stable, so a
 repeat is harmless). A failure to write is logged, never raised: the refusal of the tool's calls
 holds either way.
 """
@@ -15,9 +15,9 @@ import logging
 import time
 
 from processor.core.events import Audit, AuditOutcome, encode, stable_id
+from processor.kafka.idempotent import IdempotentProducer, Outgoing
 from processor.mcp.tools import PinChange
 from processor.observability.logging import fields
-from processor.runtime.idempotent import IdempotentProducer, Outgoing
 from processor.settings import Settings
 
 __all__ = ["AuditWriter", "definition_audit"]

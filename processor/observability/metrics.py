@@ -159,7 +159,7 @@ RESTORE_FAILURES: Final = Counter(
 HANGING_TRANSACTIONS_ENDED: Final = Counter(
     "toolcall_hanging_transactions_ended",
     "Open transactions of a task's own producer id found on its output partitions after "
-    "InitProducerId and ended (processor.runtime.hanging), by owner (worker, executor) and "
+    "InitProducerId and ended (processor.kafka.hanging), by owner (worker, executor) and "
     "the marker written (abort; commit when the coordinator had committed it).",
     ["owner", "marker"],
 )

@@ -13,7 +13,7 @@ Spans follow the OpenTelemetry messaging semantic conventions for Kafka: ``messa
 ``"{operation} {topic}"``; spans of the tool call itself (``assemble``, ``execute``) are internal.
 
 The spans are linked by the W3C ``traceparent`` the records carry in their Kafka headers (see
-:mod:`processor.runtime.codec`): a span started for a record is the child of the record's
+:mod:`processor.kafka.codec`): a span started for a record is the child of the record's
 ``traceparent``, and a publish writes its own span's context into the header it sends, so the
 worker's and the executor's spans join the gateway's trace. Nothing here records argument values:
 attributes are names, ids, topics, offsets and outcomes.

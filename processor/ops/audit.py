@@ -28,8 +28,8 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from processor.core.events import Audit, CallKey
+from processor.kafka.tail import read_records
 from processor.observability.terminal import printable
-from processor.runtime.tail import read_records
 from processor.settings import Settings
 
 __all__ = ["AuditEntry", "AuditFilter", "merge", "parse_since", "read_audit"]

@@ -57,8 +57,8 @@ from processor.core.events import (
     encode,
     turn_key,
 )
+from processor.kafka.idempotent import IdempotentProducer, Outgoing
 from processor.ops.signing import OperatorSigner
-from processor.runtime.idempotent import IdempotentProducer, Outgoing
 from processor.settings import Settings
 
 __all__ = [
@@ -121,7 +121,7 @@ class ControlWriter(IdempotentProducer):
     async def write(self, event: ControlEvent) -> Written:
         """Write one event (to every partition when it fans out); wait for every ack. A fatal
         producer error renews the producer and writes every copy again (the copies are
-        idempotent by ``command_id``: :mod:`processor.runtime.idempotent`)."""
+        idempotent by ``command_id``: :mod:`processor.kafka.idempotent`)."""
         value = encode(event)
         key = control_key(event)
         if fans_out(event):

@@ -45,9 +45,9 @@ from aiokafka.structs import TopicPartition
 
 from processor.core.assembler import Assembler
 from processor.core.errors import ConfigurationError, Described
+from processor.kafka.hanging import TransactionHeld
 from processor.observability import metrics
 from processor.observability.logging import fields
-from processor.runtime.hanging import TransactionHeld
 from processor.runtime.partition import PartitionTask
 from processor.runtime.task_states import TaskState, TaskTrigger
 from processor.settings import Settings
@@ -191,7 +191,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
                 result = await task.prepare(self.consumer)
             except asyncio.CancelledError:
                 raise
-            except TransactionHeld:  # logged once by processor.runtime.hanging
+            except TransactionHeld:  # logged once by processor.kafka.hanging
                 metrics.RESTORE_FAILURES.inc()
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, _RETRY_MAX_S)

@@ -13,8 +13,8 @@ from collections import OrderedDict
 from typing import Final
 
 from processor.core.events import Audit, DeadLetter, Dispatch, Ledger, OutputRecord, turn_key
+from processor.kafka.codec import encode_output, output_role, valid_traceparent
 from processor.observability import tracing
-from processor.runtime.codec import encode_output, output_role, valid_traceparent
 from processor.runtime.step_plan import Step
 from processor.settings import TopicNames
 

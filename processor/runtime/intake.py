@@ -4,7 +4,7 @@
 for fragments. The runtime dead-letters two things itself: a decodable record whose type does
 not belong to its topic (``wrong_topic``: adapters may write fragments, only the gateway and
 operators write control) or whose turn routes to another partition (``misrouted``,
-:func:`processor.runtime.partitioner.misrouted`; checked once the inputs' partition count is
+:func:`processor.kafka.partitioner.misrouted`; checked once the inputs' partition count is
 known), and a record whose handling raises anything but a process-level exception
 (``internal_error``: a core bug or an extension's panic must not stop the partition).
 Undecodable records are the Assembler's to dead-letter, with their own reasons.
@@ -22,8 +22,8 @@ from aiokafka.structs import ConsumerRecord
 from processor.core.assembler import Assembler, RecordSource
 from processor.core.errors import PROCESS_EXCEPTIONS
 from processor.core.events import CONTROL_TYPES, FRAGMENT_TYPES, OutputRecord
+from processor.kafka.partitioner import misrouted
 from processor.observability.logging import fields
-from processor.runtime.partitioner import misrouted
 
 # raised while a record is handled, yet not the record's doing: these pass through
 _NOT_A_RECORDS: Final[tuple[type[BaseException], ...]] = (

@@ -9,7 +9,7 @@ owns:
   transition table; the task's state is read-only and changes only through it;
 * :mod:`~processor.runtime.task_fence` (:attr:`PartitionTask.fence`): the transactional
   producer, the fence (InitProducerId, hanging transactions via
-  :mod:`~processor.runtime.hanging`), whether the last transaction is in doubt, the sweep of
+  :mod:`~processor.kafka.hanging`), whether the last transaction is in doubt, the sweep of
   skipped commit markers;
 * :mod:`~processor.runtime.recovery` (:attr:`PartitionTask.recovery`): the local store's life
   and what the Assembler is restored from (kept, store, changelog); the seek;

@@ -33,9 +33,9 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler
 from processor.core.errors import StateStoreError
+from processor.kafka.clients import committed_reader, read_to_end
 from processor.observability.logging import fields
 from processor.runtime import collector
-from processor.runtime.clients import committed_reader, read_to_end
 from processor.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -53,8 +53,8 @@ from typing import Any
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from processor.core.assembler import Assembler
+from processor.kafka.codec import encode_change, traceparent_of
 from processor.runtime import intake, transaction
-from processor.runtime.codec import encode_change, traceparent_of
 from processor.runtime.emission import Emitter
 from processor.runtime.step_plan import Step, TickFence
 from processor.settings import LimitsSettings

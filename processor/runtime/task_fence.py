@@ -3,7 +3,7 @@
 :meth:`TaskFence.fence` is the first half of a preparation (see
 :mod:`processor.runtime.partition`): it closes the task's previous producer and takes
 ``transactional.id = f"{application_id}-{p}"`` through the one owner fence the executor uses
-too (:class:`~processor.runtime.owner_fence.OwnerFence`: the previous transaction decided, a
+too (:class:`~processor.kafka.owner_fence.OwnerFence`: the previous transaction decided, a
 commit we may not mark held, InitProducerId, this producer id's hanging transactions ended; all
 bounded). Its state: the producer, the owner fence's, and the sweep schedule for skipped commit
 markers.
@@ -19,9 +19,10 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from processor.core.events import OUTPUT_TOPIC
-from processor.runtime import hanging, transaction
-from processor.runtime.owner_fence import OwnerFence
-from processor.runtime.partitioner import default_partitioner
+from processor.kafka import hanging
+from processor.kafka.owner_fence import OwnerFence
+from processor.kafka.partitioner import default_partitioner
+from processor.runtime import transaction
 from processor.settings import Settings
 
 # how long after a transaction's timeout a coordinator may take to abort it
@@ -37,7 +38,7 @@ class TaskFence:
         self.settings = settings
         self.topics = settings.topics
         self.producer: AIOKafkaProducer | None = None
-        # the take of the partition's transactional id (processor.runtime.owner_fence); a new
+        # the take of the partition's transactional id (processor.kafka.owner_fence); a new
         # task does not know how its partition's last owner (another worker, or this one before
         # the rebalance) ended, so its first fence waits for a commit in doubt to be decided
         self.owner = OwnerFence(settings.transactional_id(partition), "worker")
@@ -83,7 +84,7 @@ class TaskFence:
 
     async def sweep_skipped(self, now: float) -> None:
         """Between two transactions: COMMIT what the coordinator committed for us without a
-        marker on an output partition (:func:`~processor.runtime.hanging.end_skipped_commits`),
+        marker on an output partition (:func:`~processor.kafka.hanging.end_skipped_commits`),
         when :attr:`sweeps` says it is due (bounded; one that fails is tried again later)."""
         if self.producer is None:
             return

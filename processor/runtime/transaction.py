@@ -12,7 +12,7 @@ Numbered and bounded, like Quix Streams' checkpoint commit::
 The whole step runs under one deadline (``commit_timeout_seconds``, below the transaction timeout,
 itself below the session timeout). Any error discards the producer on the spot, without
 delivering what it still holds and without a client-side abort
-(:func:`~processor.runtime.clients.discard_producer`: a late delivery of a failed transaction's
+(:func:`~processor.kafka.clients.discard_producer`: a late delivery of a failed transaction's
 records is a zombie write that a later transaction of the same producer id would commit), and
 raises :class:`TransactionFailed` with a cause; the caller rebuilds the partition from the
 changelog and the committed offsets with a new producer, whose ``InitProducerId`` aborts the
@@ -36,8 +36,8 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from processor.core.errors import KafkaStepError
-from processor.runtime.clients import discard_producer, settle_unawaited
-from processor.runtime.codec import Outbound
+from processor.kafka.clients import discard_producer, settle_unawaited
+from processor.kafka.codec import Outbound
 from processor.settings import Settings
 
 
@@ -62,7 +62,7 @@ def producer_kwargs(settings: Settings, *, client_id: str) -> dict[str, Any]:
 class TransactionFailed(KafkaStepError):
     """The batch's transaction did not commit, as far as we know. ``cause``: timeout, fenced,
     kafka_error, error. ``in_doubt``: it failed after its EndTxn(commit) was sent, so the
-    coordinator may still commit it (:func:`processor.runtime.hanging.decided_previous`)."""
+    coordinator may still commit it (:func:`processor.kafka.hanging.decided_previous`)."""
 
     def __init__(self, cause: str, detail: str, *, in_doubt: bool = False) -> None:
         super().__init__(f"{cause}: {detail}")

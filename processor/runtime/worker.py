@@ -55,24 +55,24 @@ from processor.core.assembler import Assembler
 from processor.core.authn import CommandVerifier
 from processor.core.registry import Registry
 from processor.exits import Unavailable
-from processor.observability import metrics
-from processor.observability.health import HealthServer
-from processor.observability.logging import fields
-from processor.runtime import collector
-from processor.runtime.assignment import PartitionManager
-from processor.runtime.clients import (
+from processor.kafka.clients import (
     admin_client,
     committed_reader,
     ignore_fenced_leftovers,
     stop_consumer,
 )
-from processor.runtime.partition import PartitionTask, Step, TaskState, TickFence
-from processor.runtime.reachability import BrokerWatch, wait_for_broker
-from processor.runtime.topics import (
+from processor.kafka.reachability import BrokerWatch, wait_for_broker
+from processor.kafka.topics import (
     check_copartitioning,
     describe_topics,
     smallest_message_limit,
 )
+from processor.observability import metrics
+from processor.observability.health import HealthServer
+from processor.observability.logging import fields
+from processor.runtime import collector
+from processor.runtime.assignment import PartitionManager
+from processor.runtime.partition import PartitionTask, Step, TaskState, TickFence
 from processor.runtime.transaction import TransactionFailed
 from processor.settings import Settings
 

@@ -47,7 +47,7 @@ from typing import Any
 import orjson
 
 from processor.core.policy import Limits
-from processor.runtime.tail import read_records
+from processor.kafka.tail import read_records
 from processor.settings import Settings
 from tests.chaos.faults import Fault
 from tests.chaos.workload import Expect, Fate, Plan

@@ -53,7 +53,7 @@ from typing import Any
 import orjson
 
 from processor.core.events import CallKey, stable_id
-from processor.runtime.tail import read_records
+from processor.kafka.tail import read_records
 from processor.settings import Settings
 from tests.chaos.checker import read_topic
 from tests.chaos.effects import arguments_digest

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from processor.runtime.clients import admin_client
+from processor.kafka.clients import admin_client
 from processor.settings import Settings
 from tests.integration.conftest import REPO_ROOT, Runtime, WorkerProcess
 

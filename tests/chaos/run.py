@@ -19,8 +19,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from processor.core.policy import Limits
-from processor.runtime import hanging
-from processor.runtime.clients import admin_client
+from processor.kafka import hanging
+from processor.kafka.clients import admin_client
 from processor.settings import Settings
 from tests.chaos.checker import Verdict, check, read_topic
 from tests.chaos.executors import (

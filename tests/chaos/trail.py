@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from processor.core.wire_types import decode_key
-from processor.runtime.tail import read_records
+from processor.kafka.tail import read_records
 from processor.settings import Settings
 from tests.chaos.workload import Plan
 

@@ -2,11 +2,11 @@
 
 Each turn is a provider stream written the way a gateway would: Chat Completions chunks (parallel
 tool calls) or Anthropic Messages events (one terminal per tool block), run through the project's
-own adapters, published with the project's own :class:`~processor.runtime.publish.Publisher`;
+own adapters, published with the project's own :class:`~processor.kafka.publish.Publisher`;
 turns are bound with ``Publisher.start_turn`` and cancelled with the ``ctl`` control writer. Like
 a gateway, the driver opens one of each at start and never replaces them: through a broker or
 whole-cluster kill it relies on the library's own renewal of a broken producer
-(:mod:`processor.runtime.idempotent`); :meth:`Driver.gateway` reports the turns whose writes
+(:mod:`processor.kafka.idempotent`); :meth:`Driver.gateway` reports the turns whose writes
 raised and the producers' renewals (the run's ``gateway`` entry). A
 turn's *fate* decides what is written and therefore what must happen to its calls:
 
@@ -62,9 +62,9 @@ from processor.adapters.anthropic import AnthropicMessagesAdapter
 from processor.adapters.base import StreamAdapter, TurnContext
 from processor.adapters.openai_chat import OpenAIChatAdapter
 from processor.core.events import CallConfirmed, CallDenied, FragmentEvent, TurnCancelled
+from processor.kafka.publish import Publisher
+from processor.kafka.tail import read_records
 from processor.ops.ctl import ControlWriter
-from processor.runtime.publish import Publisher
-from processor.runtime.tail import read_records
 from processor.settings import Settings
 
 TOOL = "get_weather"

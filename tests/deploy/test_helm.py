@@ -17,8 +17,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from processor.kafka.acls import Role, acl_bindings, parse_principals
 from processor.registry_file import load_registry
-from processor.runtime.acls import Role, acl_bindings, parse_principals
 from processor.settings import Settings
 from tests.deploy.conftest import CHART, cli_accepts
 

@@ -48,10 +48,10 @@ from processor.core.events import (
     encode,
     turn_key,
 )
-from processor.runtime.clients import admin_client, committed_reader
-from processor.runtime.publish import Publisher
-from processor.runtime.tail import read_records
-from processor.runtime.topics import create_topics
+from processor.kafka.clients import admin_client, committed_reader
+from processor.kafka.publish import Publisher
+from processor.kafka.tail import read_records
+from processor.kafka.topics import create_topics
 from processor.settings import Settings
 from tests.kafka_broker import delete_topics
 

@@ -18,7 +18,7 @@ from processor.core.registry import Registry
 from processor.executor.client import ExecutorClient
 from processor.executor.handlers import Call, Handlers
 from processor.executor.records import ExecutionEntry, ExecutionResult
-from processor.runtime.tail import read_records
+from processor.kafka.tail import read_records
 from processor.settings import Settings
 from tests.integration.conftest import (
     TRACEPARENT,

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from processor.core.events import encode, turn_key
-from processor.runtime.partitioner import partition_for
+from processor.kafka.partitioner import partition_for
 from tests.integration.conftest import Runtime, call_events, turn_started, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.partitions(2)]

@@ -21,8 +21,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
+from processor.kafka.codec import Outbound
 from processor.runtime import transaction
-from processor.runtime.codec import Outbound
 from processor.runtime.transaction import CommitPlan
 from processor.settings import Settings
 from tests.kafka_broker import create_topics, delete_topics, read_partition

@@ -28,11 +28,11 @@ from processor.cli import tail as tail_cli
 from processor.core.events import TenantStopped, decode_input
 from processor.executor.records import ExecutionResult
 from processor.exits import ExitCode
+from processor.kafka.tail import read_records
 from processor.ops import audit as audit_cli
 from processor.ops.ctl import ControlWriter, sign_command
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
 from processor.registry_file import load_registry
-from processor.runtime.tail import read_records
 from tests.integration.conftest import Runtime, WorkerProcess, call_events, wait_until
 from tests.integration.executor_harness import (
     Executor,

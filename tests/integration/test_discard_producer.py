@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from processor.runtime.clients import discard_producer
+from processor.kafka.clients import discard_producer
 from tests.kafka_broker import create_topics, delete_topics
 
 pytestmark = pytest.mark.integration

@@ -34,8 +34,8 @@ from aiokafka.structs import TopicPartition
 from processor.cli import doctor as doctor_cli
 from processor.cli import errors
 from processor.exits import ExitCode
-from processor.runtime import hanging
-from processor.runtime.acls import (
+from processor.kafka import hanging
+from processor.kafka.acls import (
     AclBinding,
     Operation,
     PatternType,
@@ -44,8 +44,8 @@ from processor.runtime.acls import (
     acl_bindings,
     apply_acls,
 )
-from processor.runtime.clients import admin_client, discard_producer
-from processor.runtime.tail import read_records
+from processor.kafka.clients import admin_client, discard_producer
+from processor.kafka.tail import read_records
 from processor.settings import Settings
 from tests.integration.conftest import REPO_ROOT, TOOLS_YAML, WorkerProcess, wait_until
 from tests.integration.test_secured_broker import (  # noqa: F401  (fixtures)

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from processor.executor.handlers import Call, Handlers
-from processor.runtime.partitioner import partition_for
+from processor.kafka.partitioner import partition_for
 from tests.integration.conftest import REPO_ROOT, Runtime, turn_started, wait_until
 from tests.integration.executor_harness import (
     Executor,

@@ -3,7 +3,7 @@
 A three-node KRaft cluster of the test's own (``scripts/kafka-local --nodes 3``, replication 3,
 ``min.insync.replicas=2``; ports from ``KAFKA_CHAOS_CLUSTER_PORT``, else the first six free
 from 29300, as the short chaos run picks them). A gateway built as docs/library.md shows opens
-one :class:`~processor.runtime.publish.Publisher` and one
+one :class:`~processor.kafka.publish.Publisher` and one
 :class:`~processor.ops.ctl.ControlWriter` at start and keeps using them: one loop starts a turn
 and publishes its fragment events, another writes control commands, each one call at a time.
 Every node is killed with ``kill -9``, restarted together on its data dir, and the test never
@@ -32,8 +32,8 @@ from aiokafka.structs import TopicPartition
 
 from processor.adapters.base import TurnContext
 from processor.core.events import FragmentEvent, encode
+from processor.kafka.publish import Publisher
 from processor.ops.ctl import ControlWriter
-from processor.runtime.publish import Publisher
 from tests.chaos.faults import Broker, free_port_base
 from tests.integration.conftest import Runtime, call_events, turn_cancelled
 from tests.kafka_broker import read_partition

@@ -1,4 +1,4 @@
-"""DescribeProducers and WriteTxnMarkers on the real broker (:mod:`processor.runtime.hanging`),
+"""DescribeProducers and WriteTxnMarkers on the real broker (:mod:`processor.kafka.hanging`),
 and ``processor doctor transactions``.
 
 A transaction left open on purpose: a transactional producer writes two records to partition 0
@@ -22,8 +22,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from processor import cli
-from processor.runtime import hanging
-from processor.runtime.clients import discard_producer
+from processor.kafka import hanging
+from processor.kafka.clients import discard_producer
 from processor.settings import Settings
 from tests.kafka_broker import create_topics, delete_topics, read_partition
 from tests.txn_seams import producer_identity

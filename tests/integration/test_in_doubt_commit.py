@@ -4,7 +4,7 @@ When a commit step times out after its EndTxn(commit) was sent, the coordinator 
 that transaction: the request can sit unread at a slow coordinator (a broker paused or loaded).
 The next fence reads how the coordinator left the transaction before ``InitProducerId``, and
 ends every transaction of the producer id still open on an output partition by that reading: a
-COMMIT marker if it committed, else ABORT (``processor.runtime.hanging``). Read ``Ongoing`` while
+COMMIT marker if it committed, else ABORT (``processor.kafka.hanging``). Read ``Ongoing`` while
 the stray EndTxn is still on its way, and the coordinator then committing while skipping one
 partition's marker (seen in the short cluster run: "hanging transactions of our producer id
 committed"), that partition would get an ABORT: its dispatch records gone while the changelog
@@ -28,9 +28,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
-from processor.runtime import hanging, transaction
-from processor.runtime.clients import discard_producer
-from processor.runtime.codec import Outbound
+from processor.kafka import hanging
+from processor.kafka.clients import discard_producer
+from processor.kafka.codec import Outbound
+from processor.runtime import transaction
 from processor.settings import Settings
 from tests.kafka_broker import create_topics, delete_topics
 

@@ -37,12 +37,12 @@ from processor.core.events import CallConfirmed, Dispatch, Ledger, encode, stabl
 from processor.core.mcp_pins import PinState
 from processor.core.outputs import RecordSource
 from processor.executor.fence import ApplyOutcome, FenceState
+from processor.kafka.clients import admin_client
+from processor.kafka.idempotent import IdempotentProducer, Outgoing, RenewingProducer
+from processor.kafka.publish import BlockingPublisher, Publisher
 from processor.mcp.audit import AuditWriter
 from processor.mcp.tools import PinChange
 from processor.ops.ctl import ControlWriter
-from processor.runtime.clients import admin_client
-from processor.runtime.idempotent import IdempotentProducer, Outgoing, RenewingProducer
-from processor.runtime.publish import BlockingPublisher, Publisher
 from tests.integration.conftest import (
     Runtime,
     call_events,
@@ -125,7 +125,7 @@ async def test_a_refused_record_renews_the_publisher_and_the_partition_takes_mor
 ) -> None:
     await limit_topics(runtime, runtime.topics.fragments)
     before = renewals("adapter", "MessageSizeTooLargeError")
-    caplog.set_level(logging.WARNING, logger="processor.runtime.idempotent")
+    caplog.set_level(logging.WARNING, logger="processor.kafka.idempotent")
     with BlockingPublisher(runtime.settings) as publisher:  # sync code's publisher, same part
         assert await asyncio.to_thread(publisher.publish, call_events("acme", "t-1", "c1", "{}"))
         big = call_events("acme", "t-2", "c1", BIG, pieces=1)
@@ -137,7 +137,7 @@ async def test_a_refused_record_renews_the_publisher_and_the_partition_takes_mor
             assert await asyncio.to_thread(publisher.publish, events) == len(events)
         assert publisher.publisher.producers.generation == 2
     assert renewals("adapter", "MessageSizeTooLargeError") == before + 1
-    lines = [r for r in caplog.records if r.name == "processor.runtime.idempotent"]
+    lines = [r for r in caplog.records if r.name == "processor.kafka.idempotent"]
     assert len(lines) == 1, [r.getMessage() for r in lines]
     assert lines[0].levelno == logging.WARNING
     assert lines[0].fields["role"] == "adapter"  # type: ignore[attr-defined]

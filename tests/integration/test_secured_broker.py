@@ -40,11 +40,11 @@ from processor.cli import doctor as doctor_cli
 from processor.cli import topics as runtime_cli
 from processor.core.events import encode, turn_key
 from processor.exits import ExitCode
+from processor.kafka.acls import ResourceType, Role, acl_bindings, apply_acls
+from processor.kafka.clients import admin_client, discard_producer
+from processor.kafka.partitioner import partition_for
+from processor.kafka.tail import read_records
 from processor.ops.signing import Keyring
-from processor.runtime.acls import ResourceType, Role, acl_bindings, apply_acls
-from processor.runtime.clients import admin_client, discard_producer
-from processor.runtime.partitioner import partition_for
-from processor.runtime.tail import read_records
 from processor.settings import Settings
 from tests.integration.conftest import (
     REPO_ROOT,

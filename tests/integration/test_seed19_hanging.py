@@ -50,10 +50,10 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import TopicPartition
 
 from processor.core.events import Dispatch, encode
-from processor.runtime import hanging
-from processor.runtime.clients import admin_client, discard_producer
-from processor.runtime.partitioner import partition_for
-from processor.runtime.tail import read_records
+from processor.kafka import hanging
+from processor.kafka.clients import admin_client, discard_producer
+from processor.kafka.partitioner import partition_for
+from processor.kafka.tail import read_records
 from tests.chaos.faults import Broker
 from tests.integration.conftest import Runtime, call_events, free_port, turn_started, wait_until
 from tests.integration.executor_harness import Executor, Recorder, running

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.runtime.clients import committed_reader, read_to_end
+from processor.kafka.clients import committed_reader, read_to_end
 from processor.runtime.store import RocksStore
 from tests.integration.conftest import Runtime, call_events, turn_started, wait_until
 

@@ -17,7 +17,7 @@ import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.structs import TopicPartition
 
-from processor.runtime.clients import admin_client
+from processor.kafka.clients import admin_client
 from tests.integration.conftest import (
     Runtime,
     call_events,

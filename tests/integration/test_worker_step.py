@@ -221,7 +221,7 @@ def test_caught_up_only_when_both_inputs_reach_their_end(task: PartitionTask) ->
 
 def test_turn_scoped_records_off_their_partition_are_dead_lettered(task: PartitionTask) -> None:
     """A producer with another partitioner would split a turn; the worker says so."""
-    from processor.runtime.partitioner import partition_for
+    from processor.kafka.partitioner import partition_for
 
     task.progress.input_partitions = 6
     turns = [f"t{i}" for i in range(100)]

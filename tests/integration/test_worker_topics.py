@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from processor.runtime.topics import partition_counts
+from processor.kafka.topics import partition_counts
 from processor.settings import Settings, TopicNames
 from tests.integration.conftest import REPO_ROOT, wait_until
 from tests.kafka_broker import create_topics, delete_topics

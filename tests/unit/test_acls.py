@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.runtime.acls import AclError, Role, acl_bindings, format_commands, parse_principals
+from processor.kafka.acls import AclError, Role, acl_bindings, format_commands, parse_principals
 from processor.settings import Settings
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"

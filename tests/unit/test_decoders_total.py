@@ -42,11 +42,11 @@ from processor.executor.records import (
     decode_dispatch,
     decode_entry,
 )
+from processor.kafka.partitioner import misrouted
+from processor.kafka.tail import record_json, record_line
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
 from processor.runtime import intake
 from processor.runtime.partition import PartitionTask
-from processor.runtime.partitioner import misrouted
-from processor.runtime.tail import record_json, record_line
 from processor.settings import Settings
 from tests.unit.scenario import Call, registry, turn_cancelled, turn_started
 

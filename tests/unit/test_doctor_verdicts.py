@@ -1,5 +1,5 @@
 """``processor doctor transactions``: its flags, and the verdict on each open transaction
-(:func:`processor.runtime.txn_remedies.judge`, pure). The broker side, with the markers written,
+(:func:`processor.kafka.txn_remedies.judge`, pure). The broker side, with the markers written,
 is ``tests/integration/test_doctor_transactions.py``.
 
 Issue 38 items 2 and 3: the doctor aborted every transaction idle past ``--older-than`` (a
@@ -14,8 +14,8 @@ import io
 import pytest
 
 from processor.cli.parser import build_parser
-from processor.runtime.txn_admin import OpenTransaction, Previous
-from processor.runtime.txn_remedies import Verdict, judge, own_transactional_ids
+from processor.kafka.txn_admin import OpenTransaction, Previous
+from processor.kafka.txn_remedies import Verdict, judge, own_transactional_ids
 from processor.settings import Settings
 
 

@@ -48,9 +48,9 @@ def test_every_exception_the_package_defines_is_in_the_tree() -> None:
         and not issubclass(c, CliError)
         and not issubclass(c, Warning)
     ]
-    # the one exception: processor.runtime.clients.ProducerDiscarded is an aiokafka KafkaError
+    # the one exception: processor.kafka.clients.ProducerDiscarded is an aiokafka KafkaError
     # on purpose (aiokafka's own retry paths must see it as theirs)
-    assert outside == ["processor.runtime.clients.ProducerDiscarded"]
+    assert outside == ["processor.kafka.clients.ProducerDiscarded"]
 
 
 def test_the_tree_is_drawn_with_every_public_member_of_it() -> None:
@@ -84,8 +84,8 @@ def test_the_exit_code_is_the_trees(error: errors.ProcessorError, code: ExitCode
 
 
 def test_a_member_raised_with_its_message_reads_as_it_and_keeps_its_reason() -> None:
+    from processor.kafka.topics import TopicLayoutError
     from processor.runtime.store import StoreCorrupt
-    from processor.runtime.topics import TopicLayoutError
 
     corrupt = StoreCorrupt("unreadable checkpoint")
     assert str(corrupt) == "unreadable checkpoint" and corrupt.reason == "state_store"

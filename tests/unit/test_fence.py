@@ -28,8 +28,8 @@ from processor.executor.fence import (
     RefusalCode,
     Requirements,
 )
+from processor.kafka.partitioner import partition_for
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
-from processor.runtime.partitioner import partition_for
 
 NOW = 1_700_000_000.0
 PRIV, PUB = generate_keypair()

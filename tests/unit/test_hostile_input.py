@@ -38,8 +38,8 @@ from processor.core.events import (
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
 from processor.executor.fence import ApplyOutcome, FenceState, RefusalCode, Requirements
+from processor.kafka.partitioner import misrouted
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
-from processor.runtime.partitioner import misrouted
 from tests.unit.scenario import TOOLS, Call, Run, registry, turn_started
 
 NOW = 1_700_000_000.0

@@ -1,6 +1,6 @@
 """The layout's rules: the libraries print nothing, import no command, every package has a layer.
 
-``runtime``, ``executor``, ``ops``, ``mcp`` and ``core`` return values, raise errors and log;
+``runtime``, ``kafka``, ``executor``, ``ops``, ``mcp`` and ``core`` return values, raise errors and log;
 the commands of :mod:`processor.cli` print. (That they import no argparse and no command is an
 import-linter contract in ``pyproject.toml``; that no library module is exempt from it is
 checked here.) The package's layering is import-linter's ``layers`` contract; that it places
@@ -20,7 +20,7 @@ import pytest
 import processor
 
 ROOT = Path(processor.__file__).parent
-LIBRARIES = ("runtime", "executor", "ops", "mcp", "core")
+LIBRARIES = ("runtime", "kafka", "executor", "ops", "mcp", "core")
 TERMINAL = re.compile(r"\bprint\(|\bsys\.stdout\b|\bsys\.stderr\b")
 
 

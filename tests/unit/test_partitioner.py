@@ -10,8 +10,8 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.runtime import partitioner
-from processor.runtime.partitioner import default_partitioner, misrouted, partition_for
+from processor.kafka import partitioner
+from processor.kafka.partitioner import default_partitioner, misrouted, partition_for
 
 
 @given(st.binary(max_size=300), st.integers(1, 64))
@@ -43,7 +43,7 @@ def test_a_record_without_a_key_goes_to_an_available_partition() -> None:
 def test_long_keys_are_hashed_but_never_kept() -> None:
     """The routing check hashes ids before they are validated: a hostile megabyte-long key
     must not stay in the cache."""
-    from processor.runtime import partitioner
+    from processor.kafka import partitioner
 
     before = partitioner._cached_hash.cache_info().currsize
     key = b"t/" + b"x" * 1_000_000
@@ -69,7 +69,7 @@ def test_the_routing_check_names_the_turn_keys_partition(
 
 
 def test_long_turns_are_checked_but_never_kept() -> None:
-    from processor.runtime import partitioner
+    from processor.kafka import partitioner
 
     before = partitioner._cached_home.cache_info().currsize
     record = {"type": "call.delta", "tenant": "acme", "turn_id": "x" * 1_000_000}

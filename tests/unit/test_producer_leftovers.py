@@ -12,7 +12,7 @@ from typing import Any
 
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
-from processor.runtime.clients import (
+from processor.kafka.clients import (
     ProducerDiscarded,
     ignore_fenced_leftovers,
     settle_unawaited,

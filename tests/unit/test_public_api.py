@@ -42,7 +42,7 @@ def test_all_is_the_curated_list() -> None:
 def test_every_public_name_resolves_to_its_object() -> None:
     for name in processor.__all__:
         assert getattr(processor, name) is not None, name
-    assert processor.Publisher.__module__ == "processor.runtime.publish"
+    assert processor.Publisher.__module__ == "processor.kafka.publish"
     assert processor.ExecutorClient.__module__ == "processor.executor.client"
     assert processor.tee_stream.__module__ == "processor.integrations.tee"
 
@@ -82,12 +82,12 @@ def test_import_processor_stays_cheap() -> None:
     loaded = _modules_after("import processor")
     heavy = {"aiokafka", "jsonschema", "openai", "anthropic", "google.genai", "boto3", "httpx"}
     assert not (heavy & loaded), heavy & loaded
-    assert "processor.runtime.publish" not in loaded
+    assert "processor.kafka.publish" not in loaded
 
 
 def test_lazy_names_load_their_module_on_first_use() -> None:
     loaded = _modules_after("import processor\nprocessor.Publisher")
-    assert "processor.runtime.publish" in loaded and "aiokafka" in loaded
+    assert "processor.kafka.publish" in loaded and "aiokafka" in loaded
     loaded = _modules_after("import processor\nprocessor.tee_stream")
     assert "processor.integrations.tee" in loaded
     assert not ({"openai", "anthropic", "google.genai", "boto3"} & loaded)  # SDKs stay optional

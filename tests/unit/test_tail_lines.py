@@ -8,7 +8,7 @@ import orjson
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from processor.runtime.tail import TAIL_ROLES, record_line
+from processor.kafka.tail import TAIL_ROLES, record_line
 
 KEY = {"tenant": "acme", "turn_id": "t1", "response_id": "r1", "item_id": "i", "call_id": "c1"}
 

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from processor.cli.offline import output_line, text_line
 from processor.core.events import Audit, AuditOutcome, encode
 from processor.core.outputs import RecordSource, dead_letter
+from processor.kafka.tail import record_json, record_line
 from processor.observability.logging import JsonFormatter, fields
 from processor.observability.terminal import printable, printable_json
 from processor.ops.audit import AuditEntry
-from processor.runtime.tail import record_json, record_line
 from tests.unit.scenario import Call, turn_started
 from tests.unit.test_replay_cli import ROOT, TOOLS
 

@@ -6,14 +6,14 @@ import pytest
 
 from processor.core.assembler import StateChange
 from processor.core.events import Audit, AuditOutcome, CallKey, DeadLetter, Status, UserState
-from processor.runtime.codec import (
+from processor.kafka.codec import (
     encode_change,
     encode_output,
     output_key,
     traceparent_of,
     valid_traceparent,
 )
-from processor.runtime.topics import (
+from processor.kafka.topics import (
     EXECUTOR_LEDGER,
     TopicLayoutError,
     TopicState,

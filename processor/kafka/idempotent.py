@@ -1,8 +1,8 @@
 """The long-lived idempotent producers, and their renewal after a fatal producer error.
 
 :class:`IdempotentProducer` (``enable_idempotence``, ``acks=all``, no transaction) is the base of
-the adapters' :class:`~processor.runtime.publish.Publisher` (and through it the
-:class:`~processor.runtime.publish.BlockingPublisher`), the operators' and gateways'
+the adapters' :class:`~processor.kafka.publish.Publisher` (and through it the
+:class:`~processor.kafka.publish.BlockingPublisher`), the operators' and gateways'
 :class:`~processor.ops.ctl.ControlWriter` and the MCP :class:`~processor.mcp.audit.AuditWriter`.
 Every record they write goes through one :class:`RenewingProducer`, which owns the one part
 this module is for: replacing a producer that can no longer deliver.
@@ -21,7 +21,7 @@ wait for every acknowledgement), as the table :data:`RULES` says:
 
 * a producer-state error (above), a dead sender, or any failure of a batch the sender had taken
   (its sequence number is spent): the producer is *renewed*: closed without delivering anything
-  it still holds (:func:`~processor.runtime.clients.discard_producer`: its pending batches fail,
+  it still holds (:func:`~processor.kafka.clients.discard_producer`: its pending batches fail,
   nothing of it reaches the broker afterwards), and a new one started (a new producer id, its
   sequences from 0), waiting up to ``startup_timeout_seconds`` for the cluster; one warning line
   (role, error class, generation, no record content) and ``toolcall_producer_renewals_total``;
@@ -83,9 +83,9 @@ from aiokafka.errors import (
 )
 
 from processor.core.errors import KafkaStepError
+from processor.kafka.clients import ProducerDiscarded, discard_producer, settle_unawaited
 from processor.observability import metrics
 from processor.observability.logging import fields
-from processor.runtime.clients import ProducerDiscarded, discard_producer, settle_unawaited
 from processor.settings import Settings
 
 __all__ = [

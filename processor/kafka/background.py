@@ -4,7 +4,7 @@ Owns :class:`BackgroundLoop`: the loop and its thread, :meth:`~BackgroundLoop.ru
 coroutine on that loop, blocking the caller until it ends), :meth:`~BackgroundLoop.start` (make
 the client with its factory on the loop and start it) and :meth:`~BackgroundLoop.stop` (stop
 the client, then the loop). The blocking forms of the library's long-lived clients are made of
-one: :class:`processor.runtime.publish.BlockingPublisher`,
+one: :class:`processor.kafka.publish.BlockingPublisher`,
 :class:`processor.agent.follower.BlockingOutcomeFollower`.
 """
 

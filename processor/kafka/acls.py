@@ -31,7 +31,7 @@ WRITE and READ imply DESCRIBE on a topic (metadata), and WRITE on a topic implie
 producer's IDEMPOTENT_WRITE (KIP-679), so neither is listed.
 
 READ on the output topics and CLUSTER_ACTION are what a task needs to find and abort a hanging
-transaction of its own producer id (:mod:`processor.runtime.hanging`): DescribeProducers needs
+transaction of its own producer id (:mod:`processor.kafka.hanging`): DescribeProducers needs
 READ on the topic, WriteTxnMarkers CLUSTER_ACTION on the cluster. CLUSTER_ACTION is the brokers'
 own permission (it also allows writing markers on any partition and fetching as a replica);
 without it a task with such a transaction is held, never committed over.

@@ -19,7 +19,7 @@ event loop in a background thread.
 
 A fatal error of the idempotent producer (``OutOfOrderSequenceNumber``, an unknown or fenced
 producer id, …) does not end a long-lived publisher: the producer is replaced and the publish sent
-again, in order, within a bound (:mod:`processor.runtime.idempotent`, which says why repeating
+again, in order, within a bound (:mod:`processor.kafka.idempotent`, which says why repeating
 events is safe and why a turn's order holds); a publish that still fails raises, and the tee ends
 the response ``error``.
 
@@ -44,10 +44,10 @@ from processor.core.events import (
     stable_id,
     turn_key,
 )
+from processor.kafka.background import BackgroundLoop
+from processor.kafka.codec import TRACEPARENT, valid_traceparent
+from processor.kafka.idempotent import IdempotentProducer, Outgoing
 from processor.observability import metrics, tracing
-from processor.runtime.background import BackgroundLoop
-from processor.runtime.codec import TRACEPARENT, valid_traceparent
-from processor.runtime.idempotent import IdempotentProducer, Outgoing
 from processor.settings import Settings
 
 

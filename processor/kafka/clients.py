@@ -15,7 +15,7 @@
 Transactional producers (one per input partition, ARCHITECTURE.md §5) are built where they are
 fenced and used: :mod:`processor.runtime.partition` and :mod:`processor.executor.client`; the
 long-lived idempotent ones, and their renewal after a fatal error, in
-:mod:`processor.runtime.idempotent`.
+:mod:`processor.kafka.idempotent`.
 """
 
 from __future__ import annotations

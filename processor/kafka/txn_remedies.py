@@ -3,10 +3,10 @@ follows its coordinator's decision.
 
 Owns the operator's side of hanging transactions: which open transactions are this
 deployment's own (its transactional ids, from the settings), how each one's coordinator left it
-(DescribeTransactions, :func:`processor.runtime.txn_admin.previous_transaction`, the read the
+(DescribeTransactions, :func:`processor.kafka.txn_admin.previous_transaction`, the read the
 tasks' own fence uses) and so which marker, if any, may end it; and writing those markers after
 checking that the coordinator still says the same. The wire calls are
-:mod:`processor.runtime.txn_admin`'s; a task's own fence is :mod:`processor.runtime.hanging`.
+:mod:`processor.kafka.txn_admin`'s; a task's own fence is :mod:`processor.kafka.hanging`.
 
 The verdicts (:class:`Verdict`), for a transaction open on a partition (DescribeProducers):
 
@@ -22,7 +22,7 @@ The verdicts (:class:`Verdict`), for a transaction open on a partition (Describe
   and this partition has no marker past that time: the COMMIT marker the coordinator skipped.
   Every transaction of one producer id and epoch still open when its coordinator reads
   ``CompleteCommit`` is a committed one (a task's aborted transaction ends its producer: the
-  next one bumps the epoch), as :func:`processor.runtime.hanging.end_skipped_commits` relies on.
+  next one bumps the epoch), as :func:`processor.kafka.hanging.end_skipped_commits` relies on.
 - ``abort``: the coordinator aborted it (``PrepareAbort``/``CompleteAbort``, same epoch): the
   ABORT marker it skipped.
 - ``undecided``: ours, but the coordinator has moved on (another epoch: a fence's
@@ -44,7 +44,7 @@ from typing import Any, Final
 
 from aiokafka.structs import TopicPartition
 
-from processor.runtime.txn_admin import (
+from processor.kafka.txn_admin import (
     OpenTransaction,
     Previous,
     _Client,
@@ -166,7 +166,7 @@ async def examine(
     grace_ms: int,
 ) -> Examination:
     """Every open transaction on the deployment's topics, judged. Raises
-    :class:`~processor.runtime.txn_admin.HangingError` (``denied``, ``permission``) or the
+    :class:`~processor.kafka.txn_admin.HangingError` (``denied``, ``permission``) or the
     client's authorisation errors when the principal may not ask."""
     topics = settings.topics
     partitions = await partitions_of(client, topics.all().values())
@@ -187,7 +187,7 @@ async def examine(
 async def carry_out(client: _Client, finding: Finding) -> bool:
     """Write ``finding``'s marker, if its coordinator still reads what it was judged on (the
     same state, producer id, epoch and start). False: it moved on, nothing written (examine
-    again). Raises :class:`~processor.runtime.txn_admin.HangingError` (``denied``: no
+    again). Raises :class:`~processor.kafka.txn_admin.HangingError` (``denied``: no
     ClusterAction)."""
     if not finding.acts or finding.transactional_id is None or finding.coordinator is None:
         return False

@@ -18,10 +18,10 @@ from typing import IO, Any, Final
 import orjson
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from processor.kafka.clients import committed_reader
+from processor.kafka.codec import TRACEPARENT, header
+from processor.kafka.topics import partition_count
 from processor.observability.terminal import printable, printable_json
-from processor.runtime.clients import committed_reader
-from processor.runtime.codec import TRACEPARENT, header
-from processor.runtime.topics import partition_count
 from processor.settings import Settings
 
 TAIL_ROLES: Final = (

@@ -6,7 +6,7 @@ writing its marker there (Kafka then takes the partition for deleted; docs/relia
 of ``read_committed`` readers, and the same producer id's next commit marker on that partition
 makes the aborted records visible.
 
-aiokafka has no admin call for this; :mod:`processor.runtime.txn_admin` speaks the requests
+aiokafka has no admin call for this; :mod:`processor.kafka.txn_admin` speaks the requests
 ``kafka-transactions.sh find-hanging`` and ``abort`` use (DescribeProducers, WriteTxnMarkers)
 and DescribeTransactions, on aiokafka's protocol layer. This module is the policy over them:
 which open transactions are a task's own and hanging, whether each gets an ABORT or (its
@@ -26,7 +26,7 @@ marker the coordinator's decision calls for on each, and ``processor doctor tran
 the ``toolcall_hanging_transaction_held`` gauge naming the partition.
 
 ``processor doctor transactions`` (:mod:`processor.cli.doctor`, its policy in
-:mod:`processor.runtime.txn_remedies`) lists them for an operator, and ends those whose
+:mod:`processor.kafka.txn_remedies`) lists them for an operator, and ends those whose
 coordinator's decision it can still read.
 """
 
@@ -44,9 +44,7 @@ from typing import Any, Final
 from aiokafka.structs import TopicPartition
 
 from processor.core.errors import KafkaStepError
-from processor.observability import metrics
-from processor.observability.logging import fields
-from processor.runtime.txn_admin import (
+from processor.kafka.txn_admin import (
     HangingError,
     OpenTransaction,
     Previous,
@@ -57,6 +55,8 @@ from processor.runtime.txn_admin import (
     partitions_of,
     previous_transaction,
 )
+from processor.observability import metrics
+from processor.observability.logging import fields
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ async def hold_before_fence(
     may not write the marker (no ClusterAction), once retried or restarted, could no longer
     tell that commit from an abort, nor could ``processor doctor transactions``, and the
     committed dispatch would end up aborted. So when there are such transactions, the
-    permission is asked first (:func:`~processor.runtime.txn_admin.may_write_markers`, which
+    permission is asked first (:func:`~processor.kafka.txn_admin.may_write_markers`, which
     writes nothing) and, without it, :class:`TransactionHeld` is raised before
     ``InitProducerId``: the coordinator keeps its decision for the next try and the doctor."""
     if previous is None or not previous.committed:

@@ -4,7 +4,7 @@ What ``kafka-transactions.sh find-hanging`` and ``abort`` send, and how a coordi
 transactional id: the wire structs of three requests, the calls that send them to the right
 broker (retrying a leader not there yet, or stale, with a backoff and fresh metadata), and their
 results. No policy: which transactions are hanging and what a task does about them is
-:mod:`processor.runtime.hanging`.
+:mod:`processor.kafka.hanging`.
 
 - ``DescribeProducers`` (api 61, v0), sent to each partition's leader: the producers with state
   on the partition, and for each its epoch, coordinator epoch and the first offset of its open

@@ -53,7 +53,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
 from processor.core.errors import ConfigurationError, Described
-from processor.runtime.clients import admin_client
+from processor.kafka.clients import admin_client
 from processor.settings import Settings
 
 SHOWN_CONFIGS: Final = (

@@ -7,13 +7,13 @@ aiokafka retries InitProducerId and waits for metadata without an end of its own
 whole-cluster restart once held a partition silent for 325 s):
 
 1. how the coordinator left the id's last transaction, before InitProducerId forgets it, waiting
-   while a commit in doubt is undecided (:func:`~processor.runtime.hanging.decided_previous`);
-   a retry keeps what an unfinished try read (:func:`~processor.runtime.hanging.across_retries`);
+   while a commit in doubt is undecided (:func:`~processor.kafka.hanging.decided_previous`);
+   a retry keeps what an unfinished try read (:func:`~processor.kafka.hanging.across_retries`);
 2. held (``TransactionHeld``) before a commit the coordinator made without a marker that this
-   principal may not write (:func:`~processor.runtime.hanging.hold_before_fence`);
+   principal may not write (:func:`~processor.kafka.hanging.hold_before_fence`);
 3. InitProducerId (the new producer's start): fences every older producer of the id;
 4. the id's transactions still open on the owner's output partitions ended as the coordinator
-   decided them (:func:`~processor.runtime.hanging.end_own_hanging`), before anything is written.
+   decided them (:func:`~processor.kafka.hanging.end_own_hanging`), before anything is written.
 
 Past the bound the take fails with the step it was in (``KafkaTimeoutError``) and is tried
 again later with a new producer; a producer that was started is discarded, never flushed. Its
@@ -31,8 +31,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.structs import TopicPartition
 
-from processor.runtime import hanging
-from processor.runtime.clients import discard_producer
+from processor.kafka import hanging
+from processor.kafka.clients import discard_producer
 from processor.settings import Settings
 
 __all__ = ["OwnerFence"]
