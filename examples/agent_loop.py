@@ -128,7 +128,7 @@ class AnthropicModel:
 @dataclass
 class OpenAIResponsesModel:
     """OpenAI Responses: ``input`` grows by the response's output items and one
-    ``function_call_output`` item per call."""
+    ``function_call_output`` item per call (a call of a namespaced tool keeps its namespace)."""
 
     client: Any
     tools: list[dict[str, Any]]
@@ -148,10 +148,11 @@ class OpenAIResponsesModel:
         text = []
         for item in completed.output if completed is not None else ():
             if item.type == "function_call":
-                self.input.append(
-                    {"type": "function_call", "call_id": item.call_id, "name": item.name,
-                     "arguments": item.arguments}
-                )  # fmt: skip
+                call = {"type": "function_call", "call_id": item.call_id, "name": item.name,
+                        "arguments": item.arguments}  # fmt: skip
+                if item.namespace is not None:
+                    call["namespace"] = item.namespace
+                self.input.append(call)
             elif item.type == "message":
                 said = "".join(c.text for c in item.content if c.type == "output_text")
                 self.input.append({"role": "assistant", "content": said})
