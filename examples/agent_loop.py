@@ -2,9 +2,25 @@
 
 Run it (a worker running against the same topics; the executor runs in this process)::
 
-    PROCESSOR_BOOTSTRAP_SERVERS=127.0.0.1:9092 processor worker run --tools examples/tools.yaml &
+    PROCESSOR_BOOTSTRAP_SERVERS=127.0.0.1:9092 processor worker --tools examples/tools.yaml &
     PROCESSOR_BOOTSTRAP_SERVERS=127.0.0.1:9092 python -m examples.agent_loop anthropic
     PROCESSOR_BOOTSTRAP_SERVERS=127.0.0.1:9092 python -m examples.agent_loop openai-responses
+
+With ``--mcp`` the tools are an MCP server's: the registry is the one ``processor tools
+import-mcp`` wrote for ``examples/mcp_bookings_server.py`` (``deploy/mcp/tools.yaml``: every
+tool in the ``bookings`` namespace, its definition pinned), and the executor is the MCP one
+(:mod:`processor.mcp`, the library form of ``processor executor mcp``), running that server
+over stdio::
+
+    processor tools import-mcp --server-command "python -m examples.mcp_bookings_server" \
+        -o deploy/mcp/tools.yaml                       # the same file again: nothing changes
+    PROCESSOR_BOOTSTRAP_SERVERS=127.0.0.1:9092 processor worker --tools deploy/mcp/tools.yaml &
+    PROCESSOR_BOOTSTRAP_SERVERS=127.0.0.1:9092 python -m examples.agent_loop anthropic --mcp
+
+Anthropic is offered ``bookings__list_free_slots`` (the flattened name, which the registry
+resolves to ``bookings``' ``list_free_slots``); OpenAI Responses a ``namespace`` tool
+``bookings`` holding ``list_free_slots``, and its call carries the namespace. Either way the
+server runs ``list_free_slots``, and the model is answered under the name it called.
 
 The model is the provider's real SDK over :class:`ReplayModel`, an HTTP mock transport (``httpx2``,
 the client the openai and anthropic SDKs use)
@@ -33,12 +49,13 @@ without acting, and the model is told the call was stopped before it completed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,11 +67,22 @@ import processor
 HERE = Path(__file__).resolve().parent
 RECORDINGS = HERE / "recordings"
 TOOLS_FILE = HERE / "tools.yaml"
+MCP_TOOLS_FILE = HERE.parent / "deploy" / "mcp" / "tools.yaml"  # import-mcp of the server below
+MCP_SERVER = f"{sys.executable} -m examples.mcp_bookings_server"  # stdio, from the repository
+QUESTION = "What is the weather in Paris?"
+MCP_QUESTION = "When can we meet on 7 December 2026?"
 SCRIPTS = {
     "anthropic": ["anthropic-1-tool-use.sse", "anthropic-2-answer-SYNTHETIC.sse"],
     "openai-responses": [
         "openai-responses-1-call.sse",
         "openai-responses-2-answer-SYNTHETIC.sse",
+    ],
+}
+MCP_SCRIPTS = {  # the model calls the MCP server's list_free_slots by the name it was offered
+    "anthropic": ["anthropic-mcp-1-tool-use-SYNTHETIC.sse", "anthropic-mcp-2-answer-SYNTHETIC.sse"],
+    "openai-responses": [
+        "openai-responses-mcp-1-call-SYNTHETIC.sse",
+        "openai-responses-mcp-2-answer-SYNTHETIC.sse",
     ],
 }
 
@@ -128,7 +156,7 @@ class AnthropicModel:
 @dataclass
 class OpenAIResponsesModel:
     """OpenAI Responses: ``input`` grows by the response's output items and one
-    ``function_call_output`` item per call."""
+    ``function_call_output`` item per call (a call of a namespaced tool keeps its namespace)."""
 
     client: Any
     tools: list[dict[str, Any]]
@@ -148,10 +176,11 @@ class OpenAIResponsesModel:
         text = []
         for item in completed.output if completed is not None else ():
             if item.type == "function_call":
-                self.input.append(
-                    {"type": "function_call", "call_id": item.call_id, "name": item.name,
-                     "arguments": item.arguments}
-                )  # fmt: skip
+                call = {"type": "function_call", "call_id": item.call_id, "name": item.name,
+                        "arguments": item.arguments}  # fmt: skip
+                if item.namespace is not None:
+                    call["namespace"] = item.namespace
+                self.input.append(call)
             elif item.type == "message":
                 said = "".join(c.text for c in item.content if c.type == "output_text")
                 self.input.append({"role": "assistant", "content": said})
@@ -248,6 +277,33 @@ def make_handlers(running: asyncio.Event | None = None) -> Any:
     return handlers
 
 
+@contextlib.asynccontextmanager
+async def mcp_handlers(
+    registry: processor.Registry, command: str = MCP_SERVER
+) -> AsyncIterator[processor.Handlers]:
+    """The executor's side for an MCP-imported registry: a handler for each tool pinned to the
+    server, each one ``tools/call`` over stdio (what ``processor executor mcp`` runs). The
+    server is started here and stopped on exit; a definition that no longer matches its pin
+    fails its calls (``tool_changed``)."""
+    from processor.mcp.connection import McpConnection, ServerSpec  # noqa: PLC0415 - [mcp]
+    from processor.mcp.tools import McpTools  # noqa: PLC0415
+
+    tools: McpTools | None = None
+
+    async def on_listing(listing: Any) -> None:
+        if tools is not None:
+            await tools.check_listing(listing)
+
+    spec = ServerSpec(command=command, cwd=str(HERE.parent))
+    connection = McpConnection(spec, on_listing=on_listing)
+    tools = McpTools(registry, connection)
+    await connection.start()
+    try:
+        yield tools.handlers()
+    finally:
+        await connection.stop()
+
+
 async def stop_turn(settings: processor.Settings, turn: processor.TurnContext) -> None:
     """The user pressed stop: ``turn.cancelled`` on the turn's control partition."""
     from aiokafka import AIOKafkaProducer  # noqa: PLC0415
@@ -269,25 +325,44 @@ async def stop_turn(settings: processor.Settings, turn: processor.TurnContext) -
         await producer.stop()
 
 
-async def main(provider: str, cancel: bool = False, cancel_running: bool = False) -> list[Step]:
-    """The whole loop against the broker of ``PROCESSOR_BOOTSTRAP_SERVERS`` (a worker must run).
-    With ``cancel``, the executor starts only after the user stopped the turn; with
-    ``cancel_running``, the user stops the turn while its call runs."""
+async def main(
+    provider: str, cancel: bool = False, cancel_running: bool = False, mcp: bool = False
+) -> list[Step]:
+    """The whole loop against the broker of ``PROCESSOR_BOOTSTRAP_SERVERS`` (a worker must run,
+    with the same registry). With ``cancel``, the executor starts only after the user stopped
+    the turn; with ``cancel_running``, the user stops the turn while its call runs; with
+    ``mcp``, the tools are the MCP server's (neither stop variant)."""
+    if mcp and (cancel or cancel_running):
+        raise ValueError("--mcp runs the plain loop only")
+    async with contextlib.AsyncExitStack() as stack:
+        registry = processor.load_registry(MCP_TOOLS_FILE if mcp else TOOLS_FILE)
+        running_call = asyncio.Event() if cancel_running else None
+        if mcp:
+            handlers = await stack.enter_async_context(mcp_handlers(registry))
+        else:
+            handlers = make_handlers(running_call)
+        return await _main(provider, registry, handlers, running_call, cancel=cancel, mcp=mcp)
+
+
+async def _main(
+    provider: str,
+    registry: processor.Registry,
+    handlers: processor.Handlers,
+    running_call: asyncio.Event | None,
+    *,
+    cancel: bool,
+    mcp: bool,
+) -> list[Step]:
     from processor.core.authn import AllowUnsigned  # noqa: PLC0415 - a demo: no operator keys
 
     settings = processor.Settings()
-    registry = processor.load_registry(TOOLS_FILE)
     tenant, actor = "acme", "user-42"
     tools = processor.tool_definitions(registry, provider, tenant=tenant, actor=actor)
-    replay = ReplayModel([RECORDINGS / name for name in SCRIPTS[provider]])
-    model = make_model(provider, replay.transport, tools, "What is the weather in Paris?")
-    running_call = asyncio.Event() if cancel_running else None
+    scripts, question = (MCP_SCRIPTS, MCP_QUESTION) if mcp else (SCRIPTS, QUESTION)
+    replay = ReplayModel([RECORDINGS / name for name in scripts[provider]])
+    model = make_model(provider, replay.transport, tools, question)
     executor = processor.ExecutorClient(
-        settings,
-        make_handlers(running_call),
-        verifier=AllowUnsigned(),
-        group="agent-loop",
-        registry=registry,
+        settings, handlers, verifier=AllowUnsigned(), group="agent-loop", registry=registry
     )
     running: list[asyncio.Task[None]] = []
 
@@ -305,7 +380,9 @@ async def main(provider: str, cancel: bool = False, cancel_running: bool = False
         await running_call.wait()
         await stop_turn(settings, turn)
 
-    on_dispatched = stop_then_run if cancel else stop_while_running if cancel_running else None
+    on_dispatched = (
+        stop_then_run if cancel else stop_while_running if running_call is not None else None
+    )
     async with processor.OutcomeFollower(settings) as follower, processor.Publisher(settings) as p:
         if not cancel:
             await run_executor()
@@ -320,7 +397,11 @@ async def main(provider: str, cancel: bool = False, cancel_running: bool = False
 
 
 if __name__ == "__main__":
-    variant = {"cancel": "--cancel" in sys.argv, "cancel_running": "--cancel-running" in sys.argv}
+    variant = {
+        "cancel": "--cancel" in sys.argv,
+        "cancel_running": "--cancel-running" in sys.argv,
+        "mcp": "--mcp" in sys.argv,
+    }
     for step in asyncio.run(main(sys.argv[1], **variant)):
         print(step.text)
         for outcome in step.outcomes:

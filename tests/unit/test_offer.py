@@ -10,6 +10,7 @@ Assembler and dispatches the namespaced registry entry.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from processor.adapters.openai_chat import OpenAIChatAdapter
 from processor.adapters.openai_responses import OpenAIResponsesAdapter
 from processor.core.assembler import Assembler
 from processor.core.errors import OfferError, RegistryError
-from processor.core.events import Dispatch, TurnStarted
+from processor.core.events import Dispatch, Proposal, TurnStarted
 from processor.core.flat_names import flat_name, is_provider_safe
 from processor.core.registry import Registry
 from tests.adapters.harness import CTX, load_events, run_adapter
@@ -339,3 +340,136 @@ def test_an_mcp_imported_registry_is_offered_to_every_provider() -> None:
 
 def render_for(reg: Registry, provider: str) -> list[dict[str, Any]]:
     return tool_definitions(reg, provider, tenant="acme", actor="alice")
+
+
+# ------------------------------------------- the imported MCP registry, from every provider
+
+MCP_TOOLS = Path(__file__).resolve().parents[2] / "deploy" / "mcp" / "tools.yaml"
+
+# (provider, recorded stream, its tool name, adapter): every provider's own call shape
+EVERY_PROVIDER: list[tuple[str, str, str, type[StreamAdapter]]] = [
+    (
+        "openai-responses",
+        "openai-responses/azure-single-call.jsonl",
+        "weather",
+        OpenAIResponsesAdapter,
+    ),
+    *RECORDED,
+]
+# a valid call of each imported tool (the schemas `import-mcp` took from the server)
+MCP_CALLS: dict[str, dict[str, Any]] = {
+    "list_free_slots": {"day": "2026-12-07"},
+    "book_slot": {"slot": "2026-12-07T09:00"},
+}
+
+
+def _argument_slot(provider: str, event: dict[str, Any]) -> tuple[dict[str, Any], str, bool] | None:
+    """Where ``event`` carries the call's arguments: (holder, key, whole) — ``whole`` for a
+    value that is all of them (a done event, Gemini's ``args``), else a fragment."""
+    if provider == "openai-chat":
+        calls = event["choices"][0]["delta"].get("tool_calls") if event.get("choices") else None
+        function = calls[0].get("function", {}) if calls else {}
+        return (function, "arguments", False) if "arguments" in function else None
+    if provider == "anthropic":
+        delta = event.get("delta", {})
+        return (delta, "partial_json", False) if delta.get("type") == "input_json_delta" else None
+    if provider == "gemini":
+        for candidate in event.get("candidates", ()):
+            for part in candidate.get("content", {}).get("parts", ()):
+                if "functionCall" in part:
+                    return (part["functionCall"], "args", True)
+        return None
+    if provider == "bedrock":
+        use = event.get("contentBlockDelta", {}).get("delta", {}).get("toolUse")
+        return (use, "input", False) if use is not None else None
+    kind = event.get("type")
+    if kind == "response.function_call_arguments.delta":
+        return (event, "delta", False)
+    if kind == "response.function_call_arguments.done":
+        return (event, "arguments", True)
+    item = event.get("item", {})
+    if item.get("type") == "function_call" and item.get("status") == "completed":
+        return (item, "arguments", True)
+    return None
+
+
+def _calling(
+    provider: str, events: list[dict[str, Any]], recorded: str, name: str, args: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The recorded stream, calling the tool ``name`` (on OpenAI Responses: ``name`` in the
+    ``bookings`` namespace) with ``args``: the first fragment carries them whole, the others
+    are left out (OpenAI Responses' ``sequence_number`` renumbered, so there is no gap)."""
+    out: list[dict[str, Any]] = []
+    placed = False
+    for event in _renamed(copy.deepcopy(events), recorded, name):
+        if provider == "openai-responses":
+            for item in [event.get("item", {}), *event.get("response", {}).get("output", ())]:
+                if item.get("type") == "function_call":
+                    item["namespace"] = "bookings"
+        slot = _argument_slot(provider, event)
+        if slot is not None:
+            holder, key, whole = slot
+            if not whole and placed:
+                continue
+            holder[key] = args if provider == "gemini" else json.dumps(args)
+            placed = placed or not whole
+        out.append(event)
+    for number, event in enumerate(out):  # no gap where fragments were left out
+        if "sequence_number" in event:
+            event["sequence_number"] = number
+    return out
+
+
+def _assembled(reg: Registry, events: list[Any], adapter: StreamAdapter) -> list[Any]:
+    assembler = Assembler(reg)
+    bind = TurnStarted(
+        command_id="bind", issued_by="gateway", issued_at=0.0,
+        tenant=CTX.tenant, turn_id=CTX.turn_id, actor=CTX.actor,
+    )  # fmt: skip
+    outputs = assembler.handle(bind, 0.0)
+    for event in run_adapter(adapter, events):
+        outputs += assembler.handle(event, 0.0)
+    return [o for o in outputs if isinstance(o, Dispatch | Proposal)]
+
+
+@pytest.mark.parametrize("tool", sorted(MCP_CALLS))
+@pytest.mark.parametrize(("provider", "path", "recorded", "adapter"), EVERY_PROVIDER)
+def test_an_imported_mcp_registrys_tools_are_called_from_every_provider(
+    provider: str, path: str, recorded: str, adapter: type[StreamAdapter], tool: str
+) -> None:
+    """The "done when" of issue 43: the registry `processor tools import-mcp` wrote for the
+    example MCP server, rendered for the provider; a recorded stream of that provider calls the
+    tool by the name it was rendered with; the real adapter and the Assembler resolve it to the
+    namespaced, pinned entry and validate the arguments against its imported schema (a
+    confirmed tool's call waits as a proposal, the other is dispatched); arguments the schema
+    refuses are neither."""
+    from processor.registry_file import load_registry
+
+    imported = load_registry(MCP_TOOLS)
+    rendered = tool_definitions(imported, provider, tenant=CTX.tenant, actor=CTX.actor)
+    if provider == "openai-responses":
+        [group] = rendered
+        assert (group["type"], group["name"]) == ("namespace", "bookings")
+        offered = [t["name"] for t in group["tools"]]
+    elif provider == "openai-chat":
+        offered = [t["function"]["name"] for t in rendered]
+    elif provider == "gemini":
+        offered = [d["name"] for d in rendered[0]["functionDeclarations"]]
+    elif provider == "bedrock":
+        offered = [t["toolSpec"]["name"] for t in rendered]
+    else:
+        offered = [t["name"] for t in rendered]
+    [name] = [n for n in offered if n.endswith(tool)]
+    assert name == (tool if provider == "openai-responses" else f"bookings__{tool}")
+    entry = imported.resolve(tool, "bookings")
+    assert entry is not None and entry.declaration.mcp is not None
+
+    events = _calling(provider, load_events(DATA / path), recorded, name, MCP_CALLS[tool])
+    [call] = _assembled(imported, events, adapter(CTX))
+    assert isinstance(call, Proposal if entry.declaration.requires_confirmation else Dispatch)
+    assert (call.namespace, call.tool) == ("bookings", tool)
+    assert call.tool_version == entry.declaration.version
+    assert call.arguments == MCP_CALLS[tool]
+
+    wrong = _calling(provider, load_events(DATA / path), recorded, name, {"when": "soon"})
+    assert _assembled(imported, wrong, adapter(CTX)) == []
