@@ -29,8 +29,8 @@ from processor.core.events import (
 )
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
+from tests.unit.changelog_store import drain, restored
 from tests.unit.scenario import Call, registry, turn_started
-from tests.unit.test_changelog import drain, restored
 
 SKEW = Limits().max_clock_skew_seconds
 SOURCE = RecordSource("fragments", 0, 0)
