@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from processor.adapters.bedrock import BedrockConverseAdapter
 from processor.core.errors import AdapterError
 from processor.core.events import CallDelta, CallEnded, CallStarted, FragmentEvent, ResponseEnded
+from tests.adapters.eventstream_frames import error_frame, event_frame, exception_frame
 from tests.adapters.harness import (
     CTX,
     DATA,
@@ -24,7 +25,6 @@ from tests.adapters.harness import (
     response_endings,
     run_adapter,
 )
-from tests.adapters.test_eventstream import error_frame, event_frame, exception_frame
 
 BEDROCK = DATA / "bedrock-converse"
 RAW = (BEDROCK / "nova-text-then-tooluse.eventstream").read_bytes()

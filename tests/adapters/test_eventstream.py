@@ -25,6 +25,14 @@ from processor.adapters.eventstream import (
     parse_headers,
 )
 from processor.core.errors import AdapterError
+from tests.adapters.eventstream_frames import (
+    error_frame,
+    event_frame,
+    exception_frame,
+    frame,
+    header,
+    str_header,
+)
 
 DATA = Path(__file__).parent / "data" / "bedrock-converse"
 BODY = (DATA / "nova-text-then-tooluse.eventstream").read_bytes()
@@ -33,52 +41,6 @@ DECODED = [
     for line in (DATA / "nova-text-then-tooluse.decoded.jsonl").read_bytes().splitlines()
     if line.strip()
 ]
-
-
-# --------------------------------------------------------------------------- a test encoder
-
-
-def _header(name: str, kind: int, raw: bytes) -> bytes:
-    encoded = name.encode()
-    return bytes([len(encoded)]) + encoded + bytes([kind]) + raw
-
-
-def _str_header(name: str, value: str) -> bytes:
-    data = value.encode()
-    return _header(name, 7, struct.pack(">H", len(data)) + data)
-
-
-def frame(headers: bytes, payload: bytes) -> bytes:
-    total = 12 + len(headers) + len(payload) + 4
-    prelude = struct.pack(">II", total, len(headers))
-    prelude += struct.pack(">I", zlib.crc32(prelude))
-    body = prelude + headers + payload
-    return body + struct.pack(">I", zlib.crc32(body))
-
-
-def event_frame(event_type: str, payload: dict[str, Any]) -> bytes:
-    headers = (
-        _str_header(":event-type", event_type)
-        + _str_header(":content-type", "application/json")
-        + _str_header(":message-type", "event")
-    )
-    return frame(headers, orjson.dumps(payload))
-
-
-def exception_frame(exception_type: str, payload: dict[str, Any]) -> bytes:
-    headers = _str_header(":message-type", "exception") + _str_header(
-        ":exception-type", exception_type
-    )
-    return frame(headers, orjson.dumps(payload))
-
-
-def error_frame(code: str, message: str) -> bytes:
-    headers = (
-        _str_header(":message-type", "error")
-        + _str_header(":error-code", code)
-        + _str_header(":error-message", message)
-    )
-    return frame(headers, b"")
 
 
 # --------------------------------------------------------------------------- the recording
@@ -194,16 +156,16 @@ def test_empty_frame_is_valid() -> None:
 def test_every_header_value_type() -> None:
     the_uuid = uuid.UUID("12345678-1234-5678-1234-567812345678")
     headers = (
-        _header("t", 0, b"")
-        + _header("f", 1, b"")
-        + _header("b", 2, struct.pack(">b", -2))
-        + _header("s", 3, struct.pack(">h", -300))
-        + _header("i", 4, struct.pack(">i", -70000))
-        + _header("l", 5, struct.pack(">q", -(2**40)))
-        + _header("bytes", 6, struct.pack(">H", 3) + b"\x00\x01\x02")
-        + _str_header("str", "héllo")
-        + _header("ts", 8, struct.pack(">q", 1_700_000_000_000))
-        + _header("id", 9, the_uuid.bytes)
+        header("t", 0, b"")
+        + header("f", 1, b"")
+        + header("b", 2, struct.pack(">b", -2))
+        + header("s", 3, struct.pack(">h", -300))
+        + header("i", 4, struct.pack(">i", -70000))
+        + header("l", 5, struct.pack(">q", -(2**40)))
+        + header("bytes", 6, struct.pack(">H", 3) + b"\x00\x01\x02")
+        + str_header("str", "héllo")
+        + header("ts", 8, struct.pack(">q", 1_700_000_000_000))
+        + header("id", 9, the_uuid.bytes)
     )
     assert parse_headers(headers) == {
         "t": True,
@@ -222,10 +184,10 @@ def test_every_header_value_type() -> None:
 @pytest.mark.parametrize(
     ("headers", "detail"),
     [
-        (_header("x", 10, b""), "unknown header value type"),
-        (_header("x", 0, b"") + _header("x", 1, b""), "duplicate header"),
-        (_header("x", 4, b"\x00\x01"), "past the header block"),
-        (_header("x", 7, struct.pack(">H", 10) + b"abc"), "past the header block"),
+        (header("x", 10, b""), "unknown header value type"),
+        (header("x", 0, b"") + header("x", 1, b""), "duplicate header"),
+        (header("x", 4, b"\x00\x01"), "past the header block"),
+        (header("x", 7, struct.pack(">H", 10) + b"abc"), "past the header block"),
         (b"\x00", "empty header name"),
         (b"\x02\xff\xfe\x00", "not UTF-8"),
         (b"\x05ab", "past the header block"),
@@ -257,24 +219,24 @@ def test_ordinary_events_are_not_errors() -> None:
 
 
 def test_empty_payload_is_an_empty_object() -> None:
-    headers = _str_header(":message-type", "event") + _str_header(":event-type", "ping")
+    headers = str_header(":message-type", "event") + str_header(":event-type", "ping")
     assert decode_events(frame(headers, b"")) == [{"ping": {}}]
 
 
 @pytest.mark.parametrize(
     ("headers", "payload", "reason"),
     [
-        (_str_header(":message-type", "event"), b"{}", "bad_frame"),
-        (_str_header(":event-type", "messageStart"), b"{}", "bad_frame"),
-        (_str_header(":message-type", "gossip"), b"{}", "bad_frame"),
-        (_header(":message-type", 0, b""), b"{}", "bad_frame"),
+        (str_header(":message-type", "event"), b"{}", "bad_frame"),
+        (str_header(":event-type", "messageStart"), b"{}", "bad_frame"),
+        (str_header(":message-type", "gossip"), b"{}", "bad_frame"),
+        (header(":message-type", 0, b""), b"{}", "bad_frame"),
         (
-            _str_header(":message-type", "event") + _str_header(":event-type", "x"),
+            str_header(":message-type", "event") + str_header(":event-type", "x"),
             b"not json",
             "bad_chunk",
         ),
         (
-            _str_header(":message-type", "event") + _str_header(":event-type", "x"),
+            str_header(":message-type", "event") + str_header(":event-type", "x"),
             b"[1, 2]",
             "bad_chunk",
         ),
@@ -288,7 +250,7 @@ def test_unreadable_messages(headers: bytes, payload: bytes, reason: str) -> Non
 
 def test_errors_never_carry_payload_text() -> None:
     secret = b"TOP-SECRET-ARGUMENT"
-    headers = _str_header(":message-type", "event") + _str_header(":event-type", "x")
+    headers = str_header(":message-type", "event") + str_header(":event-type", "x")
     with pytest.raises(AdapterError) as info:
         decode_events(frame(headers, secret))
     assert "TOP-SECRET" not in str(info.value)

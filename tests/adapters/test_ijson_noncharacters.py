@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.adapters.test_namespaces import pipeline, stream, tool
+from tests.adapters.responses_namespaces import pipeline, stream, tool
 
 
 def with_arguments(text: str, cut: int) -> list[dict[str, Any]]:

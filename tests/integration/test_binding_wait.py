@@ -6,8 +6,10 @@ whose binding was in ``control`` before a whole-cluster kill lost its calls to
 ``permission_denied`` after the restart. The worker expired the unbound call on the clock as
 soon as it believed itself caught up, and it judged "caught up" by the end offsets of its last
 fetch response, which said nothing of the binding written since. Here the worker is stopped
-(SIGSTOP, within its session) after its last fetch answered, the binding is written, and the
-worker resumes after the wait ran out: it must read the binding before it expires anything.
+(SIGSTOP, within its session) once the fetch it had pending is answered, observed in its
+socket's receive queue (tests/integration/worker_pause.py; a fixed pause let a slow broker answer
+that fetch with the binding, which hid the bug), the binding is written, and the worker resumes
+after the wait ran out: it must read the binding before it expires anything.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 
 from tests.integration.conftest import Runtime, call_events, turn_started, wait_until
+from tests.integration.worker_pause import stop_after_a_fetch_answered
 
 pytestmark = pytest.mark.integration
 
-BINDING_WAIT_S = 2.0
+BINDING_WAIT_S = 5.0  # room for the stop to be tried twice (worker_pause.py)
 
 
 async def test_a_binding_written_before_the_wait_ran_out_binds_a_worker_that_read_it_late(
@@ -36,15 +40,18 @@ async def test_a_binding_written_before_the_wait_ran_out_binds_a_worker_that_rea
     await worker.wait_ready()
     # the calls arrive before their turns' bindings: terminal candidates wait for them; one
     # turn's binding comes while the worker sleeps, the other's never
+    published = time.monotonic()  # the waits start after this, once the worker reads the calls
     await runtime.publish(call_events("acme", "late-turn", "call_0", '{"city": "Kyiv"}'))
     await runtime.publish(call_events("acme", "unbound-turn", "call_0", '{"city": "Oslo"}'))
     await wait_until(runtime.caught_up, timeout=30, what="the unbound call read and committed")
+    read = time.monotonic()  # and before this
 
-    os.kill(worker.proc.pid, signal.SIGSTOP)
+    await stop_after_a_fetch_answered(runtime, worker)  # it reads next an answer from before
     try:
-        await asyncio.sleep(1.0)  # the worker's pending fetch is answered: nothing new
         await runtime.control(turn_started("acme", "late-turn"))  # in the log, acknowledged
-        await asyncio.sleep(BINDING_WAIT_S + 2.0)  # the wait runs out while the worker sleeps
+        assert time.monotonic() < published + BINDING_WAIT_S, "the stop outlasted the wait"
+        # the wait runs out while the worker sleeps
+        await asyncio.sleep(read + BINDING_WAIT_S + 1.0 - time.monotonic())
     finally:
         os.kill(worker.proc.pid, signal.SIGCONT)
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.conftest import Runtime, call_events, wait_until
 from tests.integration.executor_harness import results
-from tests.integration.test_ctl_operator import (
+from tests.integration.operator_harness import (
     BOOKING,
     calls_of,
     cli,

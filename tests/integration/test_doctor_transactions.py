@@ -48,10 +48,10 @@ from processor.kafka.clients import admin_client, discard_producer
 from processor.kafka.tail import read_records
 from processor.settings import Settings
 from tests.integration.conftest import REPO_ROOT, TOOLS_YAML, WorkerProcess, wait_until
-from tests.integration.test_secured_broker import (  # noqa: F401  (fixtures)
+from tests.integration.secured_deployment import (  # noqa: F401  (fixtures)
     Deployment,
-    _verification,
     deployment,
+    partition_verification,
     run_cli,
 )
 from tests.secured_broker import secured_broker  # noqa: F401  (fixture)
@@ -149,7 +149,7 @@ async def test_the_doctor_commits_what_the_coordinator_committed_and_leaves_othe
         transaction_timeout_ms=900_000,  # 15 minutes
         **admin.kafka_client_kwargs(),
     )
-    await _verification(admin, enabled=False)
+    await partition_verification(admin, enabled=False)
     try:
         producer_id, epoch = await _leave_committed_open(admin, dispatch_1)
         [left] = await _open_on(admin, dispatch_1)
@@ -212,7 +212,7 @@ async def test_the_doctor_commits_what_the_coordinator_committed_and_leaves_othe
         assert out.endswith("0 open transactions on 22 partitions, 0 hanging\n"), out
     finally:
         await foreign.stop()
-        await _verification(admin, enabled=True)
+        await partition_verification(admin, enabled=True)
 
 
 async def test_a_missing_permission_exits_77_naming_it(
@@ -232,7 +232,7 @@ async def test_a_missing_permission_exits_77_naming_it(
         async with admin_client(admin) as client:
             assert await apply_acls(client, [binding]) == 1
 
-    await _verification(admin, enabled=False)
+    await partition_verification(admin, enabled=False)
     try:
         await _leave_committed_open(admin, dispatch_1)
         await asyncio.sleep(TIMEOUT_MS / 1000)  # past its timeout: a commit to write
@@ -253,7 +253,7 @@ async def test_a_missing_permission_exits_77_naming_it(
         assert f"will commit {topics.dispatch}-1" in out  # the plan came first
         assert len(await _open_on(admin, dispatch_1)) == 1  # nothing written
     finally:
-        await _verification(admin, enabled=True)
+        await partition_verification(admin, enabled=True)
 
 
 async def test_a_task_held_on_a_committed_one_leaves_the_doctor_its_commit(
@@ -289,7 +289,7 @@ async def test_a_task_held_on_a_committed_one_leaves_the_doctor_its_commit(
         "PROCESSOR_POLL_TIMEOUT_MS": "100",
     }
     held = WorkerProcess("held-worker", dep.env("adapter") | env, dep.tmp_path / "held.log")
-    await _verification(admin, enabled=False)
+    await partition_verification(admin, enabled=False)
     try:
         producer_id, _ = await _leave_committed_open(admin, dispatch_1)
 
@@ -336,4 +336,4 @@ async def test_a_task_held_on_a_committed_one_leaves_the_doctor_its_commit(
         held.terminate()
         await held.wait_exit(timeout=30)
         held.close()
-        await _verification(admin, enabled=True)
+        await partition_verification(admin, enabled=True)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -58,6 +59,7 @@ from tests.integration.executor_harness import (
 pytestmark = [pytest.mark.integration, pytest.mark.partitions(1)]
 
 REPORTED_WITHIN = 45.0
+_KEPT = "could not record the end of claimed calls yet"  # the executor's error line
 
 
 async def _reported(runtime: Runtime, dispatch_ids: set[str], executor: Executor) -> set[str]:
@@ -82,27 +84,31 @@ async def _send(runtime: Runtime, n: int, start: int = 0) -> set[str]:
     return {d.dispatch_id for d in dispatches}
 
 
-async def test_a_commit_stalled_past_the_transaction_timeout_is_retried(runtime: Runtime) -> None:
+async def test_a_commit_stalled_past_the_transaction_timeout_is_retried(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stall = runtime.settings.transaction_timeout_ms / 1000 + 4.0  # and the abort interval (2 s)
     stalled: list[str] = []
+    armed = False
+    real = AIOKafkaProducer.commit_transaction
 
-    def slow_commit(producer: AIOKafkaProducer) -> None:
-        real = producer.commit_transaction
-
-        async def commit() -> None:
+    async def commit(producer: AIOKafkaProducer) -> None:
+        # the executor's producers are the only transactional ones in this process: once armed,
+        # the next commit stalls (whichever producer the partition has then), the retry does not
+        nonlocal armed
+        if armed:
+            armed = False
             stalled.append("commit")
             await asyncio.sleep(stall)  # an outage: the coordinator times the transaction out
-            await real()
+        await real(producer)
 
-        producer.commit_transaction = commit  # type: ignore[method-assign]
-
+    monkeypatch.setattr(AIOKafkaProducer, "commit_transaction", commit)
     executor = Executor(runtime.settings, Recorder().handlers, group=group_of(runtime))
     await executor.start()
     try:
         first = await _send(runtime, 2)
         assert not await _reported(runtime, first, executor)
-        [owned] = executor.client._owned.values()
-        slow_commit(owned.producer)  # the next transaction: the claim of the next call
+        armed = True  # the next transaction: the claim of the next call
         later = await _send(runtime, 3, start=2)
         missing = await _reported(runtime, later, executor)
         assert stalled, "the stalled commit never ran"
@@ -184,12 +190,13 @@ async def _failing_outcomes(runtime: Runtime) -> AsyncIterator[tuple[Recorder, E
 
 
 async def test_an_end_that_could_not_be_written_is_written_later_without_a_rebalance(
-    runtime: Runtime,
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.ERROR, logger="processor.executor.client")
     async with _failing_outcomes(runtime) as (recorder, executor, claimed):
 
-        async def kept() -> bool:
-            return any(o.unended for o in executor.client._owned.values())
+        async def kept() -> bool:  # the executor says so when it keeps an end to write later
+            return any(r.getMessage().startswith(_KEPT) for r in caplog.records)
 
         await wait_until(kept, timeout=60, what="the end kept after its transaction failed")
         assert recorder.dispatch_ids == [claimed]  # the handler ran; its end is unwritten

@@ -7,9 +7,10 @@ records written since. The idle (and response, and confirmation) waits kept it (
 worker paused, or starved of CPU, between two fetches expired an idle call whose next fragments
 were already in the log. Every tick now takes a fence, both inputs' committed ends read at its
 time, and runs only once they are applied (``processor.runtime.step_plan.TickFence``). Here the
-worker is stopped (SIGSTOP, within its session) after its last fetch answered, the rest of the
-call is written, and the worker resumes after the idle time ran out: the call dispatches, and a
-call abandoned beside it still fails ``idle_timeout``.
+worker is stopped (SIGSTOP, within its session) once the fetch it had pending is answered
+(observed in its socket: tests/integration/worker_pause.py), the rest of the call is written,
+and the worker resumes after the idle time ran out: the call dispatches, and a call abandoned
+beside it still fails ``idle_timeout``.
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from processor.core.events import encode, turn_key
 from tests.integration.conftest import Runtime, call_events, turn_started, wait_until
+from tests.integration.worker_pause import stop_after_a_fetch_answered
 
 pytestmark = pytest.mark.integration
 
-IDLE_S = 3.0
+IDLE_S = 5.0  # room for the stop to be tried twice (worker_pause.py)
 
 
 async def test_a_fragment_written_before_the_idle_time_ran_out_is_read_before_any_expiry(
@@ -44,14 +47,17 @@ async def test_a_fragment_written_before_the_idle_time_ran_out_is_read_before_an
     slow = call_events("acme", "slow-turn", "call_0", '{"city": "Kyiv"}')
     abandoned = call_events("acme", "abandoned-turn", "call_0", '{"city": "Oslo"}')
     # each call's start and first deltas; the rest of the slow one comes while the worker sleeps
+    published = time.monotonic()  # the idle times start after this, once the worker reads them
     await runtime.publish(slow[:3] + abandoned[:3])
     await wait_until(runtime.caught_up, timeout=30, what="the first fragments read and committed")
+    read = time.monotonic()  # and before this
 
-    os.kill(worker.proc.pid, signal.SIGSTOP)
+    await stop_after_a_fetch_answered(runtime, worker)  # it reads next an answer from before
     try:
-        await asyncio.sleep(0.5)  # the worker's pending fetch is answered: nothing new
-        await runtime.publish(slow[3:])  # in the log, acknowledged, within the idle time
-        await asyncio.sleep(IDLE_S + 2.0)  # the idle time runs out while the worker sleeps
+        await runtime.publish(slow[3:])  # in the log, acknowledged
+        assert time.monotonic() < published + IDLE_S, "the stop outlasted the idle time"
+        # the idle time runs out while the worker sleeps
+        await asyncio.sleep(read + IDLE_S + 1.0 - time.monotonic())
     finally:
         os.kill(worker.proc.pid, signal.SIGCONT)
 

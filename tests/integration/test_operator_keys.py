@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Runtime
-from tests.integration.test_ctl_operator import cli, wait_audit
+from tests.integration.operator_harness import cli, wait_audit
 
 pytestmark = pytest.mark.integration
 

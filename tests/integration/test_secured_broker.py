@@ -11,22 +11,15 @@ never shows it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
-import io
-import os
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     KafkaConnectionError,
@@ -37,7 +30,6 @@ from aiokafka.errors import (
 
 from processor.cli import ctl as ctl_cli
 from processor.cli import doctor as doctor_cli
-from processor.cli import topics as runtime_cli
 from processor.core.events import encode, turn_key
 from processor.exits import ExitCode
 from processor.kafka.acls import ResourceType, Role, acl_bindings, apply_acls
@@ -55,84 +47,16 @@ from tests.integration.conftest import (
     wait_until,
 )
 from tests.integration.executor_harness import Executor, Recorder, wait_results
+from tests.integration.secured_deployment import (  # noqa: F401  (fixture: deployment)
+    Deployment,
+    deployment,
+    partition_verification,
+    run_cli,
+)
 from tests.secured_broker import SecuredBroker, secured_broker  # noqa: F401  (fixture)
 from tests.txn_seams import write_unannounced
 
 pytestmark = pytest.mark.integration
-
-PARTITIONS = 2
-ROLES = ("adapter", "worker", "executor", "operator", "auditor")
-
-
-class Deployment:
-    """One test deployment on the secured broker: a topic prefix, groups, one user per role."""
-
-    def __init__(self, broker: SecuredBroker, prefix: str, tmp_path: Path) -> None:
-        self.broker = broker
-        self.prefix = prefix
-        self.tmp_path = tmp_path
-        self.executor_group = f"{prefix}exec"
-        self.common = {
-            "topic_prefix": prefix,
-            "partitions": PARTITIONS,
-            "group_id": f"{prefix}assemblers",
-            "application_id": f"{prefix}assembler",
-        }
-
-    def settings(self, user: str) -> Settings:
-        return self.broker.settings(user, **self.common)
-
-    def env(self, user: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PROCESSOR_")}
-        env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
-        env.update(self.broker.env(user))
-        env.update({f"PROCESSOR_{k.upper()}": str(v) for k, v in self.common.items()})
-        return env
-
-
-async def run_cli(module: Any, argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    """``processor <argv>`` in-process, with ``env`` as the process environment."""
-    parser = argparse.ArgumentParser(prog="processor")
-    module.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-
-    def run() -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(env)
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = args.func(args)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        return code, out.getvalue(), err.getvalue()
-
-    return await asyncio.to_thread(run)
-
-
-@pytest.fixture
-async def deployment(
-    secured_broker: SecuredBroker,  # noqa: F811
-    topic_prefix: str,
-    tmp_path: Path,
-) -> AsyncIterator[Deployment]:
-    dep = Deployment(secured_broker, topic_prefix, tmp_path)
-    acls_for = [arg for role in ROLES for arg in ("--acls-for", f"{role}=User:{role}")]
-    code, out, err = await run_cli(
-        runtime_cli,
-        ["topics", "create", "--executor-group", dep.executor_group, *acls_for, "--apply-acls"],
-        dep.env("admin"),
-    )
-    assert code == 0, out + err
-    principals = {Role(r): f"User:{r}" for r in ROLES}
-    expected = len(
-        acl_bindings(dep.settings("admin"), principals, executor_group=dep.executor_group)
-    )
-    assert f"created {expected} ACLs for User:adapter, User:auditor, User:executor" in out
-    yield dep
-
 
 async def produce(settings: Settings, topic: str, value: bytes, key: bytes) -> None:
     producer = AIOKafkaProducer(enable_idempotence=True, **settings.kafka_client_kwargs())
@@ -164,7 +88,7 @@ async def consume_once(settings: Settings, topic: str) -> None:
         await consumer.stop()
 
 
-async def test_each_principal_does_its_job_with_exactly_its_acls(deployment: Deployment) -> None:
+async def test_each_principal_does_its_job_with_exactly_its_acls(deployment: Deployment) -> None:  # noqa: F811
     dep = deployment
     adapter, executor = dep.settings("adapter"), dep.settings("executor")
     topics = adapter.topics
@@ -258,7 +182,7 @@ async def test_each_principal_does_its_job_with_exactly_its_acls(deployment: Dep
 
 
 async def test_each_principal_is_refused_what_its_acls_do_not_grant(
-    deployment: Deployment,
+    deployment: Deployment,  # noqa: F811
 ) -> None:
     dep = deployment
     topics = dep.settings("adapter").topics
@@ -351,7 +275,7 @@ async def test_unauthenticated_clients_are_refused(secured_broker: SecuredBroker
             await untrusted.stop()
 
 
-async def test_refused_credentials_and_acls_are_one_line_exit_77(deployment: Deployment) -> None:
+async def test_refused_credentials_and_acls_are_one_line_exit_77(deployment: Deployment) -> None:  # noqa: F811
     """A wrong password, and a principal without the ACL, fail as one line (exit 77)."""
 
     def processor(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
@@ -377,7 +301,7 @@ async def test_refused_credentials_and_acls_are_one_line_exit_77(deployment: Dep
 
 
 async def test_a_hanging_transaction_holds_a_worker_without_cluster_action(
-    deployment: Deployment,
+    deployment: Deployment,  # noqa: F811
 ) -> None:
     """Seed 19's open transaction (test_seed19_hanging.py) on the secured broker.
 
@@ -401,7 +325,7 @@ async def test_a_hanging_transaction_holds_a_worker_without_cluster_action(
     async with admin_client(admin) as client:
         await apply_acls(client, no_cluster_action)
     turn = next(f"t-{n}" for n in range(100) if partition_for(f"acme/t-{n}".encode(), 2) == 0)
-    await _verification(admin, enabled=False)
+    await partition_verification(admin, enabled=False)
     env = {
         "PROCESSOR_TOOLS_FILE": str(dep.tmp_path / "tools.yaml"),
         "PROCESSOR_SESSION_TIMEOUT_MS": "6000",
@@ -466,7 +390,7 @@ async def test_a_hanging_transaction_holds_a_worker_without_cluster_action(
             worker.terminate()
             await worker.wait_exit(timeout=30)
             worker.close()
-        await _verification(admin, enabled=True)
+        await partition_verification(admin, enabled=True)
 
 
 async def _contains(text: Any, wanted: str) -> bool:
@@ -485,18 +409,6 @@ async def produce_turn(adapter: Settings, turn: str) -> None:
             await producer.send_and_wait(adapter.topics.fragments, encode(frag), key=key)
     finally:
         await producer.stop()
-
-
-async def _verification(admin: Settings, *, enabled: bool) -> None:
-    """KIP-890's partition verification, off while the test leaves a transaction open on a
-    partition its coordinator does not know of (on by default; this broker is the tests' own)."""
-    value = "true" if enabled else "false"
-    async with admin_client(admin) as client:
-        resource = ConfigResource(
-            ConfigResourceType.BROKER, "1", {"transaction.partition.verification.enable": value}
-        )
-        for response in await client.alter_configs([resource]):
-            assert all(code == 0 for code, *_ in response.resources), response
 
 
 async def _leave_open(admin: Settings, tp: TopicPartition, turn: str) -> None:

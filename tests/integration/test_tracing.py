@@ -27,7 +27,7 @@ from processor.settings import Settings
 from tests.integration import sdk_streams as sdk
 from tests.integration.conftest import TOOLS_YAML, Runtime, call_events, turn_started, wait_until
 from tests.integration.executor_harness import Executor, group_of
-from tests.integration.test_worker_step import records_of
+from tests.integration.fetched_records import records_of
 
 TRACE = "00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka.structs import ConsumerRecord, TopicPartition
+from aiokafka.structs import TopicPartition
 
 from processor.core.assembler import Assembler
 from processor.core.events import encode
@@ -22,6 +22,7 @@ from processor.core.registry import Registry
 from processor.runtime.partition import PartitionTask, TickFence
 from processor.settings import Settings
 from tests.integration.conftest import TOOLS_YAML, call_events, turn_cancelled, turn_started
+from tests.integration.fetched_records import record, records_of
 
 TRACE = "00-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-bbbbbbbbbbbbbbbb-01"
 
@@ -35,21 +36,6 @@ def task(tmp_path: Any) -> PartitionTask:
     t = PartitionTask(2, settings, lambda: Assembler(registry))
     t.expected.update({t.fragments_tp: 0, t.control_tp: 0})
     return t
-
-
-def record(
-    topic: str, offset: int, value: bytes, *, ts_ms: int, key: bytes = b"acme/t1", trace: str = ""
-) -> ConsumerRecord[bytes, bytes]:
-    headers = [("traceparent", trace.encode())] if trace else []
-    return ConsumerRecord(
-        topic, 2, offset, ts_ms, 0, key, value, None, len(key), len(value), headers
-    )
-
-
-def records_of(topic: str, events: list[Any], *, start_ms: int, trace: str = "") -> list[Any]:
-    return [
-        record(topic, i, encode(e), ts_ms=start_ms + i, trace=trace) for i, e in enumerate(events)
-    ]
 
 
 def test_outputs_changelog_offsets_and_traceparent(task: PartitionTask) -> None:

@@ -6,20 +6,8 @@ from processor.core.assembler import Assembler
 from processor.core.events import Dispatch, encode
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
+from tests.unit.changelog_store import drain, restored
 from tests.unit.scenario import Call, registry, turn_started
-
-
-def restored(store: dict[str, bytes | None], limits: Limits | None = None) -> Assembler:
-    fresh = Assembler(registry(), limits or Limits())
-    for key, value in store.items():
-        fresh.restore(key, value)
-    return fresh
-
-
-def drain(assembler: Assembler, store: dict[str, bytes | None], sizes: list[int]) -> None:
-    for change in assembler.drain_changes():
-        store[change.key] = change.value
-        sizes.append(len(change.key) + len(change.value or b""))
 
 
 def test_restore_mid_call_at_every_position_continues_identically() -> None:

@@ -9,7 +9,6 @@ warning ("Unclosed AIOKafkaProducer") are asserted.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -20,54 +19,14 @@ import pytest
 
 from processor.cli import errors as cli_errors
 from processor.exits import ExitCode
+from tests.unit.cli_runs import NO_BROKER, ROOT, TOOLS, assert_one_line, run
 
-ROOT = Path(__file__).parents[2]
-TOOLS = str(ROOT / "examples" / "tools.yaml")
 SSE = str(ROOT / "tests" / "adapters" / "data" / "openai-chat" / "single-tool-gpt4o.sse")
-NO_BROKER = "127.0.0.1:1"
 ADAPT = ["adapt", "--provider", "openai-chat", "--tenant", "t", "--turn", "u", "--actor", "a"]
 EXECUTOR = ["executor", "run", "--handlers", "examples.book_slot_executor:handlers"]
 UNSIGNED = "--allow-unsigned-operators"
 KAFKA_CAUSE = f"cannot reach Kafka at {NO_BROKER} (PROCESSOR_BOOTSTRAP_SERVERS)"
 WAITED_CAUSE = f"cannot reach Kafka at {NO_BROKER} after 1 s (PROCESSOR_BOOTSTRAP_SERVERS)"
-
-
-def run(
-    *argv: str, env: dict[str, str] | None = None, input: bytes = b""
-) -> subprocess.CompletedProcess[str]:
-    environment = {
-        **os.environ,
-        "PROCESSOR_BOOTSTRAP_SERVERS": NO_BROKER,
-        "KAFKA_BOOTSTRAP_SERVERS": NO_BROKER,
-        "PROCESSOR_STARTUP_TIMEOUT_SECONDS": "1",
-        "PROCESSOR_TOPIC_PREFIX": "cli-errors-test.",
-        **(env or {}),
-    }
-    if "PROCESSOR_LOG_LEVEL" not in (env or {}):
-        environment.pop("PROCESSOR_LOG_LEVEL", None)
-    result = subprocess.run(
-        [sys.executable, "-W", "always::ResourceWarning", "-m", "processor.cli", *argv],
-        input=input,
-        capture_output=True,
-        cwd=ROOT,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
-    return subprocess.CompletedProcess(
-        result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
-    )
-
-
-def assert_one_line(result: subprocess.CompletedProcess[str], code: int, *cause: str) -> None:
-    err = result.stderr
-    assert result.returncode == code, err
-    for text in cause:
-        assert text in err, err
-    for noise in ("Traceback", "Unclosed", "ResourceWarning", "Exception ignored"):
-        assert noise not in err, err
-    final = err.strip().splitlines()[-1]
-    assert final.startswith("processor "), err  # the boundary's line comes last
 
 
 @pytest.fixture

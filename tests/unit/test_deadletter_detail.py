@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from processor.core.assembler import Assembler
 from processor.core.events import DeadLetter, encode
 from processor.core.outputs import RecordSource
+from tests.unit.replay_run import ROOT, TOOLS, scenario
 from tests.unit.scenario import registry
-from tests.unit.test_decoders_total import JSON, SAMPLES
-from tests.unit.test_replay_cli import ROOT, TOOLS, scenario
+from tests.unit.wire_samples import JSON, SAMPLES
 
 NOW = 100.0
 SHOWN = 5  # no run of this many characters of a record's unknown key may reach ``detail``
@@ -56,7 +56,9 @@ PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 @PROPERTY
 @given(st.sampled_from(SAMPLES), st.lists(KEYS, min_size=1, max_size=3), JSON | KEYS)
-@example(SAMPLES[0], ["x" * 500], 1)  # the ~500-character name that crashed handle_record (now handle)
+@example(
+    SAMPLES[0], ["x" * 500], 1
+)  # the ~500-character name that crashed handle_record (now handle)
 @example(SAMPLES[0], ["api_key=sk-live-0123456789abcdef"], "v")
 @example(SAMPLES[0], ["\x1b[2J\u202eevil"], None)
 def test_unknown_keys_of_any_length_and_content_never_crash_nor_reach_detail(

@@ -21,7 +21,6 @@ from processor.core.events import (
     Audit,
     DeadLetter,
     Dispatch,
-    InputEvent,
     ResponseQuarantined,
     TenantResumed,
     TenantStopped,
@@ -29,19 +28,9 @@ from processor.core.events import (
 )
 from processor.core.outputs import RecordSource
 from processor.core.policy import Limits
+from tests.unit.changelog_store import drain, restored
 from tests.unit.scenario import Call, registry, turn_started
-from tests.unit.test_changelog import drain, restored
-
-SKEW = Limits().max_clock_skew_seconds
-SOURCE = RecordSource("fragments", 0, 0)
-
-
-def _feed(assembler: Assembler, events: list[InputEvent], now: float) -> list[object]:
-    """Each event as the worker reads it: its bytes, through the decoder and the stale check."""
-    out: list[object] = []
-    for event in events:
-        out += assembler.handle(encode(event), now, source=SOURCE)
-    return out
+from tests.unit.worker_feed import SKEW, feed
 
 
 def _flood(assembler: Assembler, now: float, count: int) -> None:
@@ -51,7 +40,7 @@ def _flood(assembler: Assembler, now: float, count: int) -> None:
         turn = f"g{now}-{i}"
         call = Call(tenant="globex", turn_id=turn, response_id=f"r{turn}", call_id="c", ts=now)
         assembler.handle(turn_started(turn, tenant="globex"), now)
-        _feed(assembler, call.stream('{"city": "Rome"}'), now)
+        feed(assembler, call.stream('{"city": "Rome"}'), now)
     assembler.tick(now)
 
 
@@ -65,12 +54,12 @@ def _replay_after_eviction(ahead: float, replay_at: float) -> tuple[int, list[ob
     assembler = Assembler(registry(), Limits(max_inert_calls=4), verifier=AllowUnsigned())
     call = Call(ts=100.0 + ahead)
     events = [turn_started(), *call.stream('{"city": "Oslo"}')]  # the turn's binding too
-    first = _dispatches(_feed(assembler, events, 100.0))
+    first = _dispatches(feed(assembler, events, 100.0))
     assert len(first) == 1
     for step in range(4):
         _flood(assembler, 101.0 + step, 3)
     assert call.key.as_tuple not in assembler.inert  # forgotten early, by the count bound
-    again = _feed(assembler, events, replay_at)
+    again = feed(assembler, events, replay_at)
     return len(_dispatches(again)), again
 
 
@@ -96,7 +85,7 @@ def test_the_cutoff_survives_a_restore() -> None:
     assembler = Assembler(registry(), Limits(max_inert_calls=4), verifier=AllowUnsigned())
     call = Call(ts=130.0)
     events = [turn_started(), *call.stream('{"city": "Oslo"}')]
-    assert len(_dispatches(_feed(assembler, events, 100.0))) == 1
+    assert len(_dispatches(feed(assembler, events, 100.0))) == 1
     store: dict[str, bytes | None] = {}
     drain(assembler, store, [])
     for step in range(4):
@@ -104,7 +93,7 @@ def test_the_cutoff_survives_a_restore() -> None:
     drain(assembler, store, [])
     again = restored(store)
     assert again.stale_before("acme") == assembler.stale_before("acme") >= 130.0
-    assert _dispatches(_feed(again, events, 110.0)) == []
+    assert _dispatches(feed(again, events, 110.0)) == []
 
 
 def test_a_forgotten_quarantine_does_not_let_a_replayed_call_through() -> None:
@@ -116,11 +105,11 @@ def test_a_forgotten_quarantine_does_not_let_a_replayed_call_through() -> None:
     )  # fmt: skip
     events = [turn_started(), *call.stream('{"city": "Oslo"}')]
     assembler.handle(quarantine, 100.0)
-    assert _dispatches(_feed(assembler, events, 100.5)) == []  # refused: quarantined
+    assert _dispatches(feed(assembler, events, 100.5)) == []  # refused: quarantined
     for step in range(4):
         _flood(assembler, 101.0 + step, 3)
     assert call.key.as_tuple not in assembler.inert
-    assert _dispatches(_feed(assembler, events, 110.0)) == []
+    assert _dispatches(feed(assembler, events, 110.0)) == []
 
 
 def test_a_command_id_is_remembered_until_its_replay_is_stale() -> None:

@@ -28,8 +28,8 @@ from processor.exits import ExitCode
 from processor.observability import metrics
 from processor.ops.signing import Keyring, OperatorSigner, generate_keypair
 from processor.settings import Settings
+from tests.unit.cli_runs import TOOLS, assert_one_line, run
 from tests.unit.scenario import Call, registry, turn_started
-from tests.unit.test_cli_errors import TOOLS, assert_one_line, run
 
 NOW = 1_000.0
 PEM, PUBLIC = generate_keypair()

@@ -37,7 +37,7 @@ from processor.core.events import Dispatch, Proposal, TurnStarted
 from processor.core.flat_names import flat_name, is_provider_safe
 from processor.core.registry import Registry
 from tests.adapters.harness import CTX, load_events, run_adapter
-from tests.adapters.test_namespaces import stream as responses_stream
+from tests.adapters.responses_namespaces import stream as responses_stream
 
 DATA = Path(__file__).resolve().parent.parent / "adapters" / "data"
 

@@ -23,9 +23,9 @@ from processor.core.events import (
     ResponseStatus,
 )
 from processor.core.policy import Limits
+from tests.unit.changelog_store import drain, restored
 from tests.unit.scenario import Call, registry, turn_started
-from tests.unit.test_changelog import drain, restored
-from tests.unit.test_forgotten_stays_closed import SKEW, _feed
+from tests.unit.worker_feed import SKEW, feed
 
 
 def _dispatched(out: list[object]) -> int:
@@ -44,7 +44,7 @@ def _flood(
         call = Call(tenant=tenant, turn_id=turn, response_id=f"r-{turn}", call_id="c",
                     ts=now + ahead + i / 100)  # fmt: skip
         assembler.handle(turn_started(turn, tenant=tenant), now)
-        dispatched += _dispatched(_feed(assembler, call.stream('{"city": "Rome"}'), now))
+        dispatched += _dispatched(feed(assembler, call.stream('{"city": "Rome"}'), now))
     assembler.tick(now)
     return dispatched
 
@@ -55,7 +55,7 @@ def test_a_flood_stamped_ahead_does_not_make_another_tenants_fragments_stale() -
     assert 100.0 + SKEW - 1 <= assembler.stale_before("globex") <= 100.0 + SKEW
     assert assembler.stale_before("acme") == 0.0
     call = Call(ts=101.0)  # acme, on time
-    out = _feed(assembler, [turn_started(), *call.stream('{"city": "Oslo"}')], 101.0)
+    out = feed(assembler, [turn_started(), *call.stream('{"city": "Oslo"}')], 101.0)
     assert [o.reason for o in out if isinstance(o, DeadLetter)] == []  # was: stale_event x4
     assert _dispatched(out) == 1
 
@@ -64,10 +64,10 @@ def test_the_flooding_tenant_still_cannot_reopen_its_own_forgotten_calls() -> No
     assembler = Assembler(registry(), Limits(max_inert_calls=4), verifier=AllowUnsigned())
     first = Call(tenant="globex", turn_id="g1", response_id="rg1", ts=100.0 + SKEW)
     events = [turn_started("g1", tenant="globex"), *first.stream('{"city": "Oslo"}')]
-    assert _dispatched(_feed(assembler, events, 100.0)) == 1
+    assert _dispatched(feed(assembler, events, 100.0)) == 1
     _flood(assembler, 101.0, 8, ahead=0.0)
     assert first.key.as_tuple not in assembler.inert
-    again = _feed(assembler, events, 150.0)
+    again = feed(assembler, events, 150.0)
     assert _dispatched(again) == 0
     assert {o.reason for o in again if isinstance(o, DeadLetter)} == {"stale_event"}
 
@@ -77,7 +77,7 @@ def test_turns_and_responses_of_the_flooding_tenant_are_forgotten_with_its_calls
     every event they could have had is stale by its own cutoff; the other tenant's stay."""
     assembler = Assembler(registry(), Limits(max_inert_calls=4), verifier=AllowUnsigned())
     bystander = Call(ts=100.0)
-    assert _dispatched(_feed(assembler, [turn_started(), *bystander.stream("{}")], 100.0)) == 0
+    assert _dispatched(feed(assembler, [turn_started(), *bystander.stream("{}")], 100.0)) == 0
     for step in range(20):
         _flood(assembler, 100.0 + 10 * step, 5, ahead=SKEW - 1)
     globex_turns = [tk for tk in assembler.control.turns if tk[0] == "globex"]
@@ -100,7 +100,7 @@ def test_per_tenant_cutoffs_survive_a_restore_and_are_pruned_by_retention() -> N
     assert again.stale_before("acme") == 0.0
     replay = Call(tenant="globex", turn_id="globex-100.0-0", response_id="r-globex-100.0-0",
                   call_id="c", ts=130.0)  # fmt: skip
-    out = _feed(again, replay.stream('{"city": "Rome"}'), 200.0)
+    out = feed(again, replay.stream('{"city": "Rome"}'), 200.0)
     assert {o.reason for o in out if isinstance(o, DeadLetter)} == {"stale_event"}
     # once the retention window has passed the cutoff, it says nothing more: pruned
     again.tick(130.0 + 3600.0 + 1.0)
@@ -116,7 +116,7 @@ def test_an_old_partition_wide_cutoff_is_still_honoured_as_a_floor() -> None:
     store: dict[str, bytes | None] = {"meta:evicted_before": b'{"evicted_before":150.0}'}
     again = restored(store, limits)
     assert again.stale_before("acme") == again.stale_before("globex") == 150.0
-    out = _feed(again, Call(ts=140.0).stream("{}"), 141.0)
+    out = feed(again, Call(ts=140.0).stream("{}"), 141.0)
     assert {o.reason for o in out if isinstance(o, DeadLetter)} == {"stale_event"}
     again.tick(150.0 + 3600.0 + 1.0)
     assert again.stale_before("acme") == 0.0
@@ -149,7 +149,7 @@ def test_no_flood_of_one_tenant_makes_anothers_fresh_call_stale(
         _flood(assembler, 100.0 + step, 4, ahead=ahead)
     now = 100.0 + steps
     call = Call(ts=now + on_time)  # any ts the decoder accepts
-    out = _feed(assembler, [turn_started(), *call.stream('{"city": "Oslo"}')], now)
+    out = feed(assembler, [turn_started(), *call.stream('{"city": "Oslo"}')], now)
     assert not [o for o in out if isinstance(o, DeadLetter)]
     assert _dispatched(out) == 1
 
@@ -181,13 +181,13 @@ def test_a_burst_of_response_ends_is_bounded_and_spares_the_other_tenant() -> No
         ),
         100.0,
     )  # fmt: skip
-    _feed(assembler, _ends("acme", 10, 100.0, ResponseStatus.FAILED), 100.0)
+    feed(assembler, _ends("acme", 10, 100.0, ResponseStatus.FAILED), 100.0)
     flood = [
         Call(tenant="globex", turn_id=f"g{i}", response_id=f"r{i}", ts=100.0 + i / 1000)
         .response_ended(ResponseStatus.FAILED)
         for i in range(5_000)
     ]  # fmt: skip
-    out = _feed(assembler, flood, 101.0)
+    out = feed(assembler, flood, 101.0)
     responses = assembler.control.responses
     assert len(responses) <= 50
     assert assembler.response_evictions >= 1
@@ -197,7 +197,7 @@ def test_a_burst_of_response_ends_is_bounded_and_spares_the_other_tenant() -> No
     assert assembler.stale_before("acme") == 0.0
     # a forgotten verdict cannot be replaced: the first flood response's events are stale now
     late = Call(tenant="globex", turn_id="g0", response_id="r0", ts=100.0)
-    out = _feed(assembler, [late.response_ended(ResponseStatus.COMPLETED), late.start()], 102.0)
+    out = feed(assembler, [late.response_ended(ResponseStatus.COMPLETED), late.start()], 102.0)
     assert [o.reason for o in out if isinstance(o, DeadLetter)] == ["stale_event"] * 2
 
 
@@ -210,7 +210,7 @@ def test_a_steady_tenant_over_the_response_bound_keeps_working() -> None:
         now = 100.0 + 2 * i
         call = Call(turn_id=f"t{i}", response_id=f"r{i}", ts=now)
         events = [turn_started(f"t{i}"), *call.stream('{"city": "Oslo"}')]
-        dispatched += _dispatched(_feed(assembler, events, now))
+        dispatched += _dispatched(feed(assembler, events, now))
         assembler.tick(now)
     assert dispatched == 200
     assert len(assembler.control.responses) <= 50

@@ -231,7 +231,7 @@ def test_a_bedrock_exception_after_message_stop_ends_the_tee_and_adapt_in_error(
 
     from processor import tee_stream_sync
     from processor.cli.adapt import adapt_stream
-    from tests.adapters.test_eventstream import exception_frame
+    from tests.adapters.eventstream_frames import exception_frame
 
     recording = "bedrock-converse/nova-text-then-tooluse.eventstream"
     raw = (sdk.DATA / recording).read_bytes()

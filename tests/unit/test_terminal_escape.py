@@ -26,8 +26,8 @@ from processor.kafka.tail import record_json, record_line
 from processor.observability.logging import JsonFormatter, fields
 from processor.observability.terminal import printable, printable_json
 from processor.ops.audit import AuditEntry
+from tests.unit.replay_run import ROOT, TOOLS
 from tests.unit.scenario import Call, turn_started
-from tests.unit.test_replay_cli import ROOT, TOOLS
 
 RLO, LS, ESC = "\u202e", "\u2028", "\x1b"
 KEY = {"tenant": "acme", "turn_id": "t1", "response_id": "r1", "item_id": "i", "call_id": "c1"}
