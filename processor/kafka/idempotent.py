@@ -244,6 +244,13 @@ class RenewingProducer:
         self._starts = 0  # tries to start a replacement that ended, either way
         self._start_error: Exception | None = None  # how the last one failed, if it did
 
+    @property
+    def current(self) -> AIOKafkaProducer | None:
+        """The producer in use now (None before :meth:`start`, after :meth:`stop`, or while a
+        renewal has dropped it): for diagnostics and fault tests; send through
+        :meth:`send_all`."""
+        return self._producer
+
     async def start(self) -> None:
         """Start the first producer (an unreachable cluster raises, as before)."""
         producer = self._make()

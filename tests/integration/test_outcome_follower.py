@@ -14,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 import processor
+from processor.agent import follower as follower_module
 from processor.agent.outcomes import OutcomeKind
 from processor.core.events import CallKey, CallStarted, encode, turn_key
 from processor.executor.handlers import Call, ExecutionFailed, Handlers, OutcomeUnknown
@@ -64,7 +65,23 @@ async def _stale_result(runtime: Runtime, key: CallKey) -> None:
         await producer.stop()
 
 
-async def test_each_call_settles_and_another_tenants_turn_never_leaks(runtime: Runtime) -> None:
+def _readers(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The fault seam: every reader a follower builds, in order (its record reader first, then
+    the one that only asks for offsets), so a test can hold or stop the record reader."""
+    built: list[Any] = []
+    real = follower_module.committed_reader
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(follower_module, "committed_reader", recording)
+    return built
+
+
+async def test_each_call_settles_and_another_tenants_turn_never_leaks(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     worker = runtime.start_worker()
     await worker.wait_ready()
     executor = Executor(runtime.settings, _handlers(), group=group_of(runtime))
@@ -73,12 +90,12 @@ async def test_each_call_settles_and_another_tenants_turn_never_leaks(runtime: R
     acme += call_events("acme", TURN, "c-bad", '{"nope": 1}')  # schema_invalid
     globex = call_events("globex", TURN, "c-ok", '{"location": "Oslo"}')
     never = CallKey(tenant="acme", turn_id=TURN, response_id="resp-9", item_id="x", call_id="x")
+    readers = _readers(monkeypatch)
     try:
         async with processor.OutcomeFollower(runtime.settings) as follower:
             # the follower's fetches held, so the stale record is read only after the turn is
             # followed: only the turn's start offsets keep it out
-            consumer = follower._consumer
-            assert consumer is not None
+            consumer = readers[0]
             consumer.pause(*consumer.assignment())
             await _stale_result(runtime, _starts(acme)[0].key)
             turn = processor.TurnContext(tenant="acme", turn_id=TURN, actor="user-1")
@@ -142,16 +159,17 @@ async def test_a_call_that_will_never_run_settles_when_the_worker_decides_blocki
     assert took < 30, took
 
 
-async def test_a_reader_that_stops_is_raised_not_waited_out(runtime: Runtime) -> None:
+async def test_a_reader_that_stops_is_raised_not_waited_out(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A follower whose consumer died must not look like calls that never settle: the wait
     raises at once instead of running to its bound with every call open."""
+    readers = _readers(monkeypatch)
     async with processor.OutcomeFollower(runtime.settings) as follower:
         turn = processor.TurnContext(tenant="acme", turn_id="t-dead", actor="user-1")
         key = CallKey(tenant="acme", turn_id="t-dead", response_id="r", item_id="i", call_id="c")
         followed = await follower.follow(turn, calls=[key])
-        consumer = follower._consumer
-        assert consumer is not None
-        await consumer.stop()  # the reader's fetches now fail
+        await readers[0].stop()  # the reader's fetches now fail
         began = time.monotonic()
         with pytest.raises(processor.ProcessorError, match="follower_failed"):
             await followed.wait(30)

@@ -94,7 +94,7 @@ async def limit_topics(runtime: Runtime, *topics: str) -> None:
 async def burn_a_sequence(writer: IdempotentProducer, topic: str) -> None:
     """Send a record the broker refuses through the writer's current producer, bypassing the
     renewal: the producer's next batch on partition 0 carries a sequence the broker refuses."""
-    producer = writer.producers._producer
+    producer = writer.producers.current
     assert producer is not None
     with pytest.raises(MessageSizeTooLargeError):
         await producer.send_and_wait(topic, b"x" * (2 * LIMIT), key=b"k", partition=0)
@@ -280,7 +280,7 @@ async def test_a_replacement_that_cannot_start_ends_the_sends_within_the_bound(
     record = Outgoing(runtime.topics.fragments, b"{}", b"k", partition=0)
     try:
         await producers.send_all([record])
-        burnt = producers._producer
+        burnt = producers.current
         assert burnt is not None
         with pytest.raises(MessageSizeTooLargeError):
             await burnt.send_and_wait(record.topic, b"x" * (2 * LIMIT), partition=0)
