@@ -1,16 +1,25 @@
-"""The one place tests reach into aiokafka's transaction manager (a fixture seam, issue 41).
+"""The one place tests reach into aiokafka's internals (a fixture seam, issue 41).
 
 aiokafka has no public view of a transactional producer's id and epoch, nor a way to write to
 a partition the coordinator was never told of (which is how a test builds the seed-19 shape: a
-transaction completed without a marker on one partition). Tests that build hanging transactions
-go through these two functions, so a change of aiokafka's internals breaks them here, in one
-place, with a name that says what they need.
+transaction completed without a marker on one partition), nor of a client's cluster connection
+(which the admin requests the processor's own helpers take go through). Tests go through these
+functions, so a change of aiokafka's internals breaks them here, in one place, with a name that
+says what they need.
 """
 
 from __future__ import annotations
 
-from aiokafka import AIOKafkaProducer
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
+
+
+def cluster_client(client: AIOKafkaConsumer | AIOKafkaProducer) -> Any:
+    """The started consumer's or producer's connection to the cluster (aiokafka's
+    ``AIOKafkaClient``): what processor.kafka.hanging's admin requests take."""
+    return client._client
 
 
 def producer_identity(producer: AIOKafkaProducer) -> tuple[int, int]:

@@ -55,7 +55,7 @@ from tests.integration.secured_deployment import (  # noqa: F401  (fixtures)
     run_cli,
 )
 from tests.secured_broker import secured_broker  # noqa: F401  (fixture)
-from tests.txn_seams import producer_identity, write_unannounced
+from tests.txn_seams import cluster_client, producer_identity, write_unannounced
 
 
 class _Bounded:
@@ -104,7 +104,7 @@ async def _leave_committed_open(admin: Settings, hidden: TopicPartition) -> tupl
 
 async def _open_on(admin: Settings, tp: TopicPartition) -> list[hanging.OpenTransaction]:
     async with admin_client(admin) as client:
-        return await hanging.describe_open_transactions(client._client, [tp])
+        return await hanging.describe_open_transactions(cluster_client(client), [tp])
 
 
 async def _values(admin: Settings, topic: str) -> list[bytes]:

@@ -54,7 +54,7 @@ from tests.integration.secured_deployment import (  # noqa: F401  (fixture: depl
     run_cli,
 )
 from tests.secured_broker import SecuredBroker, secured_broker  # noqa: F401  (fixture)
-from tests.txn_seams import write_unannounced
+from tests.txn_seams import cluster_client, write_unannounced
 
 pytestmark = pytest.mark.integration
 
@@ -79,8 +79,8 @@ async def consume_once(settings: Settings, topic: str) -> None:
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
-        await consumer._client.force_metadata_update()
-        if topic in consumer._client.cluster.unauthorized_topics:
+        await cluster_client(consumer).force_metadata_update()
+        if topic in cluster_client(consumer).cluster.unauthorized_topics:
             raise TopicAuthorizationFailedError(topic)
         await consumer.seek_to_beginning(tp)
         await asyncio.wait_for(consumer.getone(), 15)

@@ -57,7 +57,7 @@ from processor.kafka.tail import read_records
 from tests.chaos.faults import Broker
 from tests.integration.conftest import Runtime, call_events, free_port, turn_started, wait_until
 from tests.integration.executor_harness import Executor, Recorder, running
-from tests.txn_seams import producer_identity, write_unannounced
+from tests.txn_seams import cluster_client, producer_identity, write_unannounced
 
 pytestmark = pytest.mark.integration
 
@@ -294,7 +294,7 @@ async def _open_of(runtime: Runtime, producer_id: int, tp: TopicPartition) -> bo
     async def ask() -> tuple[list[hanging.OpenTransaction]] | None:
         try:
             async with admin_client(runtime.settings) as admin:
-                return (await hanging.describe_open_transactions(admin._client, [tp]),)
+                return (await hanging.describe_open_transactions(cluster_client(admin), [tp]),)
         except Exception:
             return None
 
