@@ -1,47 +1,47 @@
-"""Handler running: claimed calls' handlers, side by side, and their outcomes.
+"""The executor's runner: claimed calls' handlers, side by side, and their outcomes.
 
-Owns ``_start``: a claimed call's handler in a slot of its own
+Owns :class:`Runner`: ``start`` runs a claimed call's handler in a slot of its own
 (:class:`~processor.executor.inflight.InFlight`, beside the loop and the other calls), under its
 timeout and a tracing span; the outcome (``succeeded``, ``failed``, ``unknown`` on a timeout or a
-stop while it ran); its result, ledger entry and user status, queued for the partition's next
-transaction (``_Owned.finished``, written by :meth:`Transactions._commit` a few milliseconds
-later, together with the other ends that finished meanwhile); and what a handler's return value
-becomes (``_as_output``).
+stop while it ran); its result, ledger entry and user status
+(:class:`~processor.executor.outputs.OutputRecords`), queued for the partition's next transaction
+(``OwnedPartition.finished``, written by
+:meth:`~processor.executor.transactions.PartitionWriter.commit` a few milliseconds later,
+together with the other ends that finished meanwhile); what a handler's return value becomes
+(``_as_output``); and the stop watch (``tell_stopped``): a running call whose turn was stopped is
+told so (``Call.stop``), then cancelled after a grace.
 Logs and results never hold argument values, and a handler's exception message is never kept
 (it may quote them): its class name only.
 
-Must not claim, fence or consume: it runs a call that :mod:`processor.executor.claims` claimed.
-
-:class:`~processor.executor.client.ExecutorClient` is one class built in layers; why, and
-their order, is in :mod:`processor.executor.executor_state`."""
+Must not claim, fence or consume: it runs a call that :mod:`processor.executor.claims` claimed."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
-from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from processor.core.errors import PROCESS_EXCEPTIONS
-from processor.core.events import Dispatch, UserState
-from processor.executor.barrier import BarrierTimeout
-from processor.executor.executor_state import _Finished, _Owned, _RunningCall
+from processor.core.events import Dispatch
+from processor.executor.barrier import BarrierTimeout, ControlBarrier
+from processor.executor.executor_state import FinishedCall, OwnedPartition, RunningCall, Tally
 from processor.executor.fence import RefusalCode, Requirements
-from processor.executor.fencing import Fencing
 from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
-from processor.executor.records import EntryState, ExecutionEntry, ExecutionOutcome, ExecutionResult
+from processor.executor.inflight import InFlight
+from processor.executor.outputs import OutputRecords
+from processor.executor.records import ExecutionEntry, ExecutionOutcome, ExecutionResult
 from processor.kafka.codec import traceparent_of
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
+from processor.settings import Settings
 
-__all__ = ["Running"]
+__all__ = ["Runner"]
 
 log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
 
@@ -56,19 +56,40 @@ _STOPS: Final = frozenset(
 )
 _WATCH_TIMEOUT: Final = 2.0  # seconds the stop watch may wait for the barrier, then next time
 
-_UNKNOWN_VIEW: Final = (
-    UserState.FAILED,
-    False,
-    "We could not confirm whether the action completed; please check before trying again.",
-)
 
+class Runner:
+    """Runs claimed calls' handlers side by side and queues their outcomes.
 
-class Running(Fencing):
-    """Runs claimed calls' handlers side by side and queues their outcomes."""
+    ``resume(owned)`` is called once a partition paused for an in-order call may go on (its
+    waiting call is fetched again)."""
 
-    def _start(
+    def __init__(
         self,
-        owned: _Owned,
+        *,
+        settings: Settings,
+        group: str,
+        in_flight: InFlight,
+        outputs: OutputRecords,
+        tally: Tally,
+        barrier: ControlBarrier,
+        barrier_timeout_seconds: float,
+        resume: Callable[[OwnedPartition], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self.settings = settings
+        self.topics = settings.topics
+        self.group = group
+        self.in_flight = in_flight
+        self._outputs = outputs
+        self._tally = tally
+        self._barrier = barrier
+        self._watch_timeout = min(barrier_timeout_seconds, _WATCH_TIMEOUT)
+        self._resume = resume
+        self._clock = clock
+
+    def start(
+        self,
+        owned: OwnedPartition,
         dispatch: Dispatch,
         headers: list[tuple[str, bytes]],
         registration: Registration,
@@ -77,35 +98,30 @@ class Running(Fencing):
         requirements: Requirements,
     ) -> None:
         """Start a claimed call's handler now (its claim is committed; a slot is free)."""
-        running = _RunningCall(
+        running = RunningCall(
             dispatch,
             requirements,
             Call.from_dispatch(dispatch, dict(headers)),
             in_order=registration.in_order,
         )
         owned.calls[dispatch.dispatch_id] = running
-        task = self._in_flight.start(self._execute(owned, running, headers, registration, claim))
+        task = self.in_flight.start(self._execute(owned, running, headers, registration, claim))
         running.task = task
         owned.running.add(task)
         task.add_done_callback(owned.running.discard)
         if registration.in_order:
-            task.add_done_callback(lambda _task: self._resume_ordered(owned))
+            task.add_done_callback(lambda _task: self.resume_ordered(owned))
 
-    def _resume_ordered(self, owned: _Owned) -> None:
-        """Resume a partition paused for an in-order call (``Claims._decide``) once none of its
+    def resume_ordered(self, owned: OwnedPartition) -> None:
+        """Resume a partition paused for an in-order call (``Claimer.decide``) once none of its
         in-order calls runs: the waiting call is fetched again and may start."""
         if not owned.ordered_wait or any(rc.in_order for rc in owned.calls.values()):
             return
         owned.ordered_wait = False
-        consumer = self._consumer
-        if consumer is None or owned.lost:
-            return
-        tp = TopicPartition(self.topics.dispatch, owned.partition)
-        with contextlib.suppress(Exception):
-            if tp in consumer.assignment():
-                consumer.resume(tp)
+        if not owned.lost:
+            self._resume(owned)
 
-    async def _tell_stopped(self) -> None:
+    async def tell_stopped(self, owned_partitions: list[OwnedPartition]) -> None:
         """The stop watch: the control partitions of the running calls read up to their end
         (one ListOffsets), and each call whose turn was stopped since it started (a
         ``turn.cancelled``, a quarantine, a tool disable, a tenant stop) is told so
@@ -113,7 +129,7 @@ class Running(Fencing):
         A barrier that cannot be read now is read again at the next watch."""
         running = [
             rc
-            for owned in list(self._owned.values())
+            for owned in owned_partitions
             if not owned.lost
             for rc in owned.calls.values()
             if rc.stopped_by is None
@@ -126,7 +142,7 @@ class Running(Fencing):
         ]
         try:
             states = await self._barrier.sync_many(
-                list(dict.fromkeys(partitions)), min(self._barrier_timeout, _WATCH_TIMEOUT)
+                list(dict.fromkeys(partitions)), self._watch_timeout
             )
         except (BarrierTimeout, KafkaError):
             return
@@ -152,8 +168,8 @@ class Running(Fencing):
 
     async def _execute(
         self,
-        owned: _Owned,
-        running: _RunningCall,
+        owned: OwnedPartition,
+        running: RunningCall,
         headers: list[tuple[str, bytes]],
         registration: Registration,
         claim: ExecutionEntry,
@@ -182,8 +198,8 @@ class Running(Fencing):
 
     async def _run(
         self,
-        owned: _Owned,
-        running: _RunningCall,
+        owned: OwnedPartition,
+        running: RunningCall,
         headers: list[tuple[str, bytes]],
         registration: Registration,
         claim: ExecutionEntry,
@@ -235,7 +251,7 @@ class Running(Fencing):
         result = ExecutionResult.for_dispatch(
             dispatch,
             group=self.group,
-            executor_id=self.executor_id,
+            executor_id=self._outputs.executor_id,
             outcome=outcome,
             ts=now,
             reason=reason,
@@ -249,29 +265,9 @@ class Running(Fencing):
                 else None
             ),
         )
-        entry = claim.moved_to(EntryState(outcome.value), self.executor_id, now)
-        outputs = [self._entry_out(entry), self._result_out(result, headers)]
-        if outcome is ExecutionOutcome.FAILED:
-            message = (
-                "The action failed; asking again may work."
-                if retry
-                else "The action could not be completed."
-            )
-            outputs.append(
-                self._status_out(
-                    dispatch.key,
-                    dispatch.tool,
-                    (UserState.FAILED, retry, message),
-                    reason or "failed",
-                    headers,
-                )
-            )
-        elif outcome is ExecutionOutcome.UNKNOWN:
-            outputs.append(
-                self._status_out(dispatch.key, dispatch.tool, _UNKNOWN_VIEW, "unknown", headers)
-            )
+        entry, outputs = self._outputs.ended(dispatch, claim, result, headers)
         owned.entries[dispatch.dispatch_id] = entry
-        self._count(dispatch.tool, outcome, reason)
+        self._tally.outcome(dispatch.tool, outcome, reason)
         log.info(
             "call executed",
             extra=fields(
@@ -282,7 +278,7 @@ class Running(Fencing):
             ),
         )
         # written with the partition's next transaction (a few ms); a handler task never writes
-        owned.finished.append(_Finished(dispatch.dispatch_id, outputs))
+        owned.finished.append(FinishedCall(dispatch.dispatch_id, outputs))
 
 
 def _cancel(task: asyncio.Task[None]) -> None:

@@ -101,7 +101,7 @@ async def test_a_commit_stalled_past_the_transaction_timeout_is_retried(runtime:
     try:
         first = await _send(runtime, 2)
         assert not await _reported(runtime, first, executor)
-        [owned] = executor.client._owned.values()
+        [owned] = executor.client.ownership.owned.values()
         slow_commit(owned.producer)  # the next transaction: the claim of the next call
         later = await _send(runtime, 3, start=2)
         missing = await _reported(runtime, later, executor)
@@ -146,19 +146,24 @@ async def test_a_fence_without_a_rebalance_is_taken_back(runtime: Runtime) -> No
 
 class _OutcomesFail(ExecutorClient):
     """Transactions that write a ``succeeded`` result fail while ``failing`` is set (what a
-    broker outage does to them; the broker itself stays up for the rest)."""
+    broker outage does to them; the broker itself stays up for the rest): the writer's one
+    attempt, wrapped."""
 
     failing = True
 
-    async def _one_transaction(
-        self, owned: Any, producer: Any, outputs: list[Any], offset: int | None
-    ) -> None:
-        if self.failing and any(
-            topic == self.topics.results and b'"outcome":"succeeded"' in value
-            for topic, _key, value, _partition, _headers in outputs
-        ):
-            raise KafkaTimeoutError("injected: the cluster is gone")
-        await super()._one_transaction(owned, producer, outputs, offset)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        attempt = self.writer.one_transaction
+
+        async def failing(owned: Any, producer: Any, outputs: list[Any], offset: int | None) -> None:
+            if self.failing and any(
+                topic == self.topics.results and b'"outcome":"succeeded"' in value
+                for topic, _key, value, _partition, _headers in outputs
+            ):
+                raise KafkaTimeoutError("injected: the cluster is gone")
+            await attempt(owned, producer, outputs, offset)
+
+        self.writer.one_transaction = failing  # type: ignore[method-assign]
 
 
 async def _outcomes(runtime: Runtime) -> dict[str, list[tuple[str, str | None]]]:
@@ -189,7 +194,7 @@ async def test_an_end_that_could_not_be_written_is_written_later_without_a_rebal
     async with _failing_outcomes(runtime) as (recorder, executor, claimed):
 
         async def kept() -> bool:
-            return any(o.unended for o in executor.client._owned.values())
+            return any(o.unended for o in executor.client.ownership.owned.values())
 
         await wait_until(kept, timeout=60, what="the end kept after its transaction failed")
         assert recorder.dispatch_ids == [claimed]  # the handler ran; its end is unwritten
@@ -217,10 +222,15 @@ async def test_an_end_that_can_never_be_written_gives_the_partition_up_and_is_un
 
 class _HangingFence(ExecutorClient):
     """A fence read (a control partition's barrier) that never comes back (a wait on the
-    broker without a bound)."""
+    broker without a bound): the gate's sync, replaced."""
 
-    async def _synced(self, partitions: list[int]) -> Any:
-        await asyncio.Event().wait()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+        async def hang(partitions: list[int]) -> Any:
+            await asyncio.Event().wait()
+
+        self.gate.synced = hang  # type: ignore[method-assign]
 
 
 async def test_a_stalled_loop_exits_loudly_instead_of_staying_silent(
