@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -30,8 +31,8 @@ from aiokafka.structs import ConsumerRecord
 from processor.core.errors import RecordRejected
 from processor.core.events import Dispatch
 from processor.executor.executor_state import (
+    ClaimedCall,
     Fenced,
-    FinishedCall,
     OwnedPartition,
     Progress,
     Stopping,
@@ -64,6 +65,9 @@ class Fetched:
 
     stopping: bool = False
     fenced: list[tuple[OwnedPartition, int]] = field(default_factory=list)
+    # records taken and not decided (no claim possible yet, or an in-order call waiting):
+    # back to the backlog, at the front
+    leftover: dict[TopicPartition, list[ConsumerRecord]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class _Plan:
     candidates: list[_Candidate] = field(default_factory=list)
     refused: list[Refused] = field(default_factory=list)
     claims: list[tuple[_Candidate, ExecutionEntry]] = field(default_factory=list)
+    leftover: list[ConsumerRecord] = field(default_factory=list)  # not decided: put back
 
 
 class Claimer:
@@ -104,8 +109,10 @@ class Claimer:
         tally: Tally,
         progress: Progress,
         stopping: asyncio.Event,
+        rewind: Callable[[TopicPartition, int], None],
     ) -> None:
         self.handlers = handlers
+        self._rewind = rewind  # seek the consumer back, forgetting the partition's backlog
         self._gate = gate
         self._writer = writer
         self._runner = runner
@@ -121,15 +128,16 @@ class Claimer:
         owned_partitions: dict[int, OwnedPartition],
         batches: dict[TopicPartition, list[ConsumerRecord]],
     ) -> Fetched:
-        """Decide every record of one fetch and start the calls that may run. When the
-        executor is stopping, the undecided records are left for the next owner."""
-        free = self._in_flight.free()
+        """Decide the records in hand (each partition's in offset order) and start the calls
+        that may run; the records after the last call that may be claimed now come back in
+        ``Fetched.leftover``. When the executor is stopping, the undecided records are left for
+        the next owner."""
+        free = self._in_flight.claimable()
         plans: list[_Plan] = []
         for tp, records in batches.items():
             owned = owned_partitions.get(tp.partition)
             if owned is None:  # revoked after the fetch, or its take is being retried
-                with contextlib.suppress(Exception):
-                    consumer.seek(tp, records[0].offset)  # fetch them again once it is ours
+                self._rewind(tp, records[0].offset)  # fetch them again once it is ours
                 continue
             if owned.lost:
                 continue
@@ -137,7 +145,7 @@ class Claimer:
             free = self._decide(consumer, plan, records, free)
             plans.append(plan)
         if self._stopping.is_set():
-            _fetch_again(consumer, plans)
+            self._fetch_again(plans)
             return Fetched(stopping=True)
         candidates = [c for plan in plans for c in plan.candidates]
         if candidates:
@@ -148,14 +156,14 @@ class Claimer:
                     [(c.dispatch, c.requirements) for c in candidates]
                 )
             except Stopping:
-                _fetch_again(consumer, plans)
+                self._fetch_again(plans)
                 return Fetched(stopping=True)
             verdicts = iter(refusals)
             for plan in plans:
                 for candidate in plan.candidates:
                     self._claim_or_refuse(plan, candidate, next(verdicts))
         self._progress(f"claiming {sum(len(p.claims) for p in plans)} calls")
-        committed = await asyncio.gather(*(self._commit_plan(consumer, plan) for plan in plans))
+        committed = await asyncio.gather(*(self._commit_plan(plan) for plan in plans))
         claimed = [
             (plan.owned, candidate, claim)
             for plan, ok in zip(plans, committed, strict=True)
@@ -172,7 +180,12 @@ class Claimer:
             for plan, ok in zip(plans, committed, strict=True)
             if ok is _FENCED
         ]
-        return Fetched(stopping=self._stopping.is_set(), fenced=fenced)
+        leftover = {
+            plan.tp: plan.leftover
+            for plan, ok in zip(plans, committed, strict=True)
+            if ok is True and plan.leftover
+        }
+        return Fetched(stopping=self._stopping.is_set(), fenced=fenced, leftover=leftover)
 
     def _decide(
         self, consumer: AIOKafkaConsumer, plan: _Plan, records: list[ConsumerRecord], free: int
@@ -184,8 +197,8 @@ class Claimer:
         # turns with an in-order call running or claimed ahead in this fetch
         ordered = {
             (rc.dispatch.tenant, rc.dispatch.turn_id) for rc in owned.calls.values() if rc.in_order
-        }
-        for record in records:
+        } | self._runner.waiting_in_order(owned)
+        for index, record in enumerate(records):
             self._progress(f"dispatch partition {owned.partition} offset {record.offset}")
             next_offset = record.offset + 1
             try:
@@ -226,15 +239,14 @@ class Claimer:
             turn = (dispatch.tenant, dispatch.turn_id)
             if registration.in_order and turn in ordered:
                 # the call before it in its turn has not ended: it and the rest of the
-                # partition wait (paused, resumed by _resume_ordered), fetched again then
+                # partition wait in the backlog (paused, resumed by Runner.resume_ordered)
                 with contextlib.suppress(Exception):
-                    consumer.seek(plan.tp, record.offset)
                     consumer.pause(plan.tp)
                 owned.ordered_wait = True
+                plan.leftover = records[index:]
                 break
-            if free <= 0:  # claim only what can start now: the rest is fetched again
-                with contextlib.suppress(Exception):
-                    consumer.seek(plan.tp, record.offset)
+            if free <= 0:  # claim only what can start soon: the rest waits in the backlog
+                plan.leftover = records[index:]
                 break
             free -= 1
             if registration.in_order:
@@ -264,7 +276,7 @@ class Claimer:
             return
         plan.claims.append((candidate, self._outputs.claim(dispatch, where)))
 
-    async def _commit_plan(self, consumer: AIOKafkaConsumer, plan: _Plan) -> bool | str:
+    async def _commit_plan(self, plan: _Plan) -> bool | str:
         """ONE transaction of the partition: its claims and refusals, the offset past its
         records, and the ends of its calls that finished meanwhile. True once committed; False
         when it failed (its records are fetched again); ``_FENCED`` when the partition's
@@ -281,13 +293,12 @@ class Claimer:
                 await self._writer.write_unended(owned)
             await self._writer.commit(owned, outputs, plan.next_offset)
         except TransactionFailed:
-            with contextlib.suppress(Exception):
-                consumer.seek(plan.tp, plan.first)  # decide them again on the next fetch
+            self._rewind(plan.tp, plan.first)  # decide them again on the next fetch
             return False
         except Fenced:
             return _FENCED
         for refused in plan.refused:
-            self._refused(refused)
+            self._tally.refusal(refused.dispatch, refused.code, refused.blocked_by)
             owned.entries[refused.dispatch.dispatch_id] = refused.entry
         for candidate, claim in plan.claims:
             owned.entries[candidate.dispatch.dispatch_id] = claim
@@ -296,43 +307,24 @@ class Claimer:
     async def _start_claimed(
         self, claimed: list[tuple[OwnedPartition, _Candidate, ExecutionEntry]]
     ) -> None:
-        """The fence again, right before the handlers start (a cancellation that raced the
-        claims is still seen), shared by the calls that start together; then start them."""
-        try:
-            refusals = await self._gate.check(
-                [(candidate.dispatch, candidate.requirements) for _, candidate, _ in claimed]
-            )
-        except Stopping:
-            refusals = [None] * len(claimed)
-            stopped = True
-        else:
-            stopped = False
-        for (owned, candidate, claim), refusal in zip(claimed, refusals, strict=True):
-            if stopped or refusal is not None:
-                code = refusal.code.value if refusal is not None else "executor_stopped"
-                refused = self._outputs.refusal(
+        """The claimed calls wait for slots, in claim order; as many start now as there are
+        free slots (:meth:`Runner.start_waiting`: the fence again right before, shared by the
+        calls that start together)."""
+        self._runner.enqueue(
+            [
+                ClaimedCall(
+                    owned,
+                    candidate.offset,
                     candidate.dispatch,
                     candidate.headers,
-                    code,
-                    where=(owned.partition, candidate.offset),
-                    refusal=refusal,
-                    claim=claim,
+                    candidate.registration,
+                    candidate.requirements,
+                    claim,
                 )
-                # the claim's transaction took the offset: written as the end of a claimed call
-                owned.finished.append(FinishedCall(candidate.dispatch.dispatch_id, refused.outputs))
-                owned.entries[candidate.dispatch.dispatch_id] = refused.entry
-                self._refused(refused)
-                continue
-            self._runner.start(
-                owned,
-                candidate.dispatch,
-                candidate.headers,
-                candidate.registration,
-                claim,
-                requirements=candidate.requirements,
-            )
-        if claimed:
-            self._in_flight.finished.set()  # refusals after claims are written promptly too
+                for owned, candidate, claim in claimed
+            ]
+        )
+        await self._runner.start_waiting()
 
     def _skip(self, plan: _Plan, next_offset: int, why: str) -> None:
         """Pass over a record that is not run; its offset goes with the partition's next
@@ -340,19 +332,10 @@ class Claimer:
         self._tally.skip(why)
         plan.next_offset = next_offset
 
-    def _refused(self, refused: Refused) -> None:
-        """Count and log a refusal (once it is committed, or queued after a claim)."""
-        dispatch = refused.dispatch
-        self._tally.outcome(dispatch.tool, ExecutionOutcome.REFUSED, refused.code)
-        log.info(
-            "call refused by the fence",
-            extra=fields(
-                dispatch_id=dispatch.dispatch_id,
-                tool=dispatch.tool,
-                reason=refused.code,
-                blocked_by=refused.blocked_by,
-            ),
-        )
+    def _fetch_again(self, plans: list[_Plan]) -> None:
+        """Nothing of these plans is committed: their records are fetched again."""
+        for plan in plans:
+            self._rewind(plan.tp, plan.first)
 
     async def record_unknown(
         self, owned: OwnedPartition, entries: list[ExecutionEntry], reason: str
@@ -369,13 +352,6 @@ class Claimer:
                 "claimed call never finished: outcome unknown, not run again",
                 extra=fields(dispatch_id=final.dispatch_id, tool=final.tool),
             )
-
-
-def _fetch_again(consumer: AIOKafkaConsumer, plans: list[_Plan]) -> None:
-    """Nothing of these plans is committed: their records are fetched again."""
-    for plan in plans:
-        with contextlib.suppress(Exception):
-            consumer.seek(plan.tp, plan.first)
 
 
 def _trace_headers(record: ConsumerRecord) -> list[tuple[str, bytes]]:

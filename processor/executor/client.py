@@ -7,15 +7,18 @@ module:object``)::
     async with ExecutorClient(settings, handlers, group="bookings", verifier=keyring) as client:
         await client.run()
 
-Per fetch (each dispatch partition's records decided in offset order; up to ``max_in_flight``
-handlers, ``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
+A poll is always pending; what it returns waits in the backlog
+(:mod:`processor.executor.backlog`) until it can be claimed. Per claim round (each dispatch
+partition's records decided in offset order; up to ``max_in_flight`` handlers,
+``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
 
 1. Decode each record; a tool this executor has no handler for belongs to another executor group
    and is skipped; a ``dispatch_id`` already in the group's ledger is skipped (never run twice).
-   Only as many calls as there are free in-flight slots go on (a claimed call starts at once);
-   the records after them are fetched again later.
+   Only as many calls go on as may be claimed: the free slots plus the claim-ahead
+   (``PROCESSOR_EXECUTOR_CLAIM_AHEAD``, half the in-flight limit by default) less the calls
+   already waiting for a slot; the records after them stay in the backlog.
 2. **Fence** (:mod:`processor.executor.fence`, :mod:`processor.executor.barrier`), once for all
-   the calls of the fetch: each control partition they need is read up to its current end
+   the calls of the round: each control partition they need is read up to its current end
    offset (one barrier read per partition), and each call is checked: its turn not cancelled,
    its response not quarantined, its tool not disabled, its tenant not stopped, the call not
    denied, and a required confirmation present, bound to this digest and the turn's actor, and
@@ -25,7 +28,10 @@ handlers, ``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
    user status), the ends of calls that finished meanwhile, and the offset past the records,
    before anything runs.
 4. **Fence again**, right before the handlers start, shared by the calls that start together: a
-   cancellation that raced the claims is still seen (the call's end is then a refusal).
+   cancellation that raced the claims, or came while a call waited for a slot, is still seen
+   (the call's end is then a refusal). A claimed call waits for a slot at most until one
+   frees (:meth:`Runner.start_waiting <processor.executor.running.Runner.start_waiting>`, as
+   soon as a handler ends, without a fetch or a claim in the way).
 5. **Run** the handlers side by side (:mod:`processor.executor.inflight`), each with its timeout;
    as they end, their outcomes (``succeeded`` / ``failed``, or ``unknown`` when the handler timed
    out or was stopped) are written together, one transaction per partition, at most
@@ -35,10 +41,12 @@ Which calls overlap: any two, of different turns or of one turn, on one dispatch
 several (calls of one response are independent by every provider's definition of parallel tool
 calls), except the calls of one turn of tools registered ``in_order``, which run one at a time
 in dispatch order (the rest of their partition waits with them). At most once is kept by the
-claim: a claimed call whose outcome was not written (the executor killed in the window above) is
-reported ``unknown`` by the next owner, never run again.
-A slow or hung handler holds up no other call (its timeout ends it); with every slot taken the
-consumer is paused, the loop goes on. A revoke or a stop waits for the partition's running
+claim: a claimed call whose outcome was not written (the executor killed in the window above, or
+while the call waited for a slot) is reported ``unknown`` by the next owner, never run again; a
+release or a stop ends the waiting ones as refusals (``executor_stopped``: they did not run).
+A slow or hung handler holds up no other call (its timeout ends it); with nothing claimable the
+records stay in the backlog, a partition whose backlog is full is paused on the consumer, and the
+loop goes on. A revoke or a stop waits for the partition's running
 handlers up to ``executor_release_wait_seconds`` (10 s), then cancels the rest (``unknown``).
 While calls run, their control partitions are read every 0.2 s: a call whose turn was stopped
 since it started is told (``Call.stop``) and cancelled ``executor_stop_grace_seconds`` later
@@ -89,6 +97,7 @@ from aiokafka.structs import ConsumerRecord
 from processor.core.authn import CommandVerifier
 from processor.core.errors import ConfigurationError
 from processor.core.registry import Registry
+from processor.executor.backlog import Backlog
 from processor.executor.barrier import ControlBarrier
 from processor.executor.claims import Claimer
 from processor.executor.executor_state import (
@@ -159,6 +168,7 @@ class ExecutorClient:
         barrier_timeout_seconds: float = 30.0,
         batch_size: int | None = None,
         max_in_flight: int | None = None,
+        claim_ahead: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not len(handlers):
@@ -201,8 +211,12 @@ class ExecutorClient:
         self._progress = Progress()
         # handlers running at once (None: executor_max_in_flight); records per poll at most
         # (None: as many as may run at once; never more than the free slots)
-        self._in_flight = InFlight(max_in_flight or settings.executor_max_in_flight)
+        limit = max_in_flight or settings.executor_max_in_flight
+        ahead = claim_ahead if claim_ahead is not None else settings.executor_claim_ahead
+        self._in_flight = InFlight(limit, max(1, limit // 2) if ahead is None else ahead)
         self._batch_size = batch_size or self._in_flight.limit
+        # records fetched and not decided yet; a partition with 4 polls' worth is paused
+        self._backlog = Backlog(4 * self._batch_size)
         self._barrier = ControlBarrier(settings, self._new_fence)
         outputs = OutputRecords(self.topics, group, self.executor_id, clock)
         self.writer = writer = PartitionWriter(
@@ -222,7 +236,7 @@ class ExecutorClient:
             in_flight=self._in_flight,
             outputs=outputs,
             tally=self._tally,
-            barrier=self._barrier,
+            gate=gate,
             barrier_timeout_seconds=barrier_timeout_seconds,
             resume=self._resume,
             clock=clock,
@@ -236,16 +250,19 @@ class ExecutorClient:
             tally=self._tally,
             progress=self._progress,
             stopping=self._stopping,
+            rewind=self._rewind,
         )
         self.ownership = Ownership(
             settings=settings,
             group=group,
             writer=writer,
             claimer=self.claimer,
+            runner=self.runner,
             progress=self._progress,
             stopping=self._stopping,
             consumer=lambda: self._consumer,
             admin=lambda: self._admin,
+            forget=self._backlog.drop,
         )
 
     def _new_fence(self) -> FenceState:
@@ -265,6 +282,15 @@ class ExecutorClient:
         return FenceState(
             verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
         )
+
+    def _rewind(self, tp: TopicPartition, offset: int) -> None:
+        """Seek the consumer back to ``offset``: what the backlog holds of the partition is
+        forgotten (fetched again from there)."""
+        self._backlog.drop(tp)
+        consumer = self._consumer
+        if consumer is not None:
+            with contextlib.suppress(Exception):  # revoked meanwhile: the next owner's
+                consumer.seek(tp, offset)
 
     def _resume(self, owned: OwnedPartition) -> None:
         """A partition paused for an in-order call may go on (:meth:`Runner.resume_ordered`)."""
@@ -295,6 +321,14 @@ class ExecutorClient:
     def owned_partitions(self) -> list[int]:
         """The dispatch partitions this executor owns now (not lost to a fence)."""
         return self.ownership.owned_partitions()
+
+    def paused_partitions(self) -> list[int]:
+        """The dispatch partitions paused on the consumer now: a full backlog (the in-flight
+        bound's back-pressure), a take being retried, or an in-order call waiting."""
+        consumer = self._consumer
+        if consumer is None:
+            return []
+        return sorted(tp.partition for tp in consumer.paused())
 
     def seconds_since_progress(self) -> float:
         """Seconds since the loop last made progress (handlers running do not hold it up)."""
@@ -385,6 +419,7 @@ class ExecutorClient:
             return
         self._started = False
         await self.ownership.release_all()
+        await self.runner.close()
         for task in list(self._in_flight.tasks):  # abandoned, or of partitions lost: unknown
             task.cancel()  # from their claims, by the next owner
         consumer, self._consumer = self._consumer, None
@@ -457,64 +492,76 @@ class ExecutorClient:
                 return ExecutorStalled(stalled, self._progress.step)
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
-        """Fetch, claim, start; write the ends of calls as they finish. Handlers run beside it
-        (at most ``max_in_flight``); with no slot free the consumer is paused, not the loop.
+        """Fetch into the backlog; claim and start from it; write the ends of calls as they
+        finish. Handlers run beside it (at most ``max_in_flight``). A poll is always pending,
+        so the records a freed slot needs are in hand; a partition whose backlog is full is
+        paused on the consumer, never the loop.
 
         The ends of finished calls are written at most ``executor_flush_interval_ms`` after
-        the first of them, with the claims of a fetch of their partition when one comes
+        the first of them, with the claims of a round of their partition when one comes
         first (one transaction, not two back to back on one transactional id)."""
         stop_wait = asyncio.create_task(self._stopping.wait())
         in_flight = self._in_flight
         ownership = self.ownership
+        backlog = self._backlog
         flush_seconds = self.settings.executor_flush_interval_ms / 1000
         fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
         ends_due: float | None = None  # when the ends that finished are to be written
         next_watch = 0.0  # when the running calls' turns are checked again (Runner.tell_stopped)
+
+        def eligible(tp: TopicPartition) -> bool:  # may its records be decided now?
+            return not ownership.stays_paused(tp)
+
         try:
             while not self._stopping.is_set():
-                if not in_flight.free():
-                    in_flight.hold(consumer)
-                elif in_flight.holding:
-                    in_flight.let_go(consumer, ownership.stays_paused)
-                    if fetch is not None and not fetch.done():
-                        # asked while paused: it would wait for its timeout, not the records
-                        fetch.cancel()  # (a pending fetch holds no record: none is lost)
-                        with contextlib.suppress(asyncio.CancelledError, KafkaError):
-                            await fetch
-                        fetch = None
                 if fetch is None:
-                    most = max(1, min(self._batch_size, in_flight.free()))
-                    fetch = asyncio.create_task(consumer.getmany(timeout_ms=200, max_records=most))
-                ended = asyncio.create_task(in_flight.finished.wait())
-                wait = None if ends_due is None else max(0.0, ends_due - time.monotonic())
-                try:
-                    await asyncio.wait(
-                        {fetch, stop_wait, ended}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                    fetch = asyncio.create_task(
+                        consumer.getmany(timeout_ms=200, max_records=self._batch_size)
                     )
-                finally:
-                    ended.cancel()
+                if not (in_flight.claimable() and backlog.ready(eligible)):
+                    ended = asyncio.create_task(in_flight.finished.wait())
+                    wait = None if ends_due is None else max(0.0, ends_due - time.monotonic())
+                    try:
+                        await asyncio.wait(
+                            {fetch, stop_wait, ended},
+                            timeout=wait,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                    finally:
+                        ended.cancel()
                 if stop_wait.done():
                     return
                 if in_flight.finished.is_set():
                     in_flight.finished.clear()
                     if ends_due is None:
                         ends_due = time.monotonic() + flush_seconds
-                    if in_flight.holding and in_flight.free():
-                        continue  # a slot is free: fetch first, the ends go with the claims
-                if fetch.done():
-                    batches, fetch = fetch.result(), None
+                polled = fetch.done()
+                if polled:
+                    backlog.add(fetch.result())
+                    fetch = None
+                    for tp in backlog.to_pause():
+                        with contextlib.suppress(Exception):
+                            consumer.pause(tp)
+                if in_flight.claimable() and backlog.ready(eligible):
                     self._progress("waiting for the lock (a take or release in progress)")
                     async with ownership.lock:
-                        if batches:
-                            fetched = await self.claimer.claim_fetch(
-                                consumer, ownership.owned, batches
-                            )
-                            for owned, resume_at in fetched.fenced:
-                                ownership.lose(owned, resume_at)
-                            if fetched.stopping:
-                                return
+                        batches = backlog.take(eligible)
+                        fetched = await self.claimer.claim_fetch(consumer, ownership.owned, batches)
+                        for owned, resume_at in fetched.fenced:
+                            ownership.lose(owned, resume_at)
+                        if fetched.stopping:
+                            return
+                        backlog.put_back(fetched.leftover)
                         await ownership.flush_many({tp.partition for tp in batches}, ends=False)
+                    polled = False  # the flush that follows a poll is done
+                    for tp in backlog.to_resume(consumer.assignment()):
+                        if not ownership.stays_paused(tp):
+                            with contextlib.suppress(Exception):
+                                consumer.resume(tp)
                     self._maybe_forget()
+                if polled:  # kept ends of claimed calls, and sweeps, when they are due
+                    async with ownership.lock:
+                        await ownership.flush_many(set(), ends=False)
                 if ends_due is not None and time.monotonic() >= ends_due:
                     ends_due = None
                     self._progress("writing the ends of finished calls")

@@ -21,6 +21,7 @@ claimer), :mod:`~processor.executor.ownership` (the partition table) and
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Final
@@ -30,13 +31,15 @@ from aiokafka import AIOKafkaProducer
 from processor.core.errors import ExecutionError, KafkaStepError
 from processor.core.events import Dispatch
 from processor.executor.fence import Refusal, Requirements
-from processor.executor.handlers import Call
+from processor.executor.handlers import Call, Registration
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
 from processor.kafka.hanging import SweepSchedule
 from processor.observability import metrics
+from processor.observability.logging import fields
 
 __all__ = [
     "DEFAULT_GROUP",
+    "ClaimedCall",
     "EndsUnrecorded",
     "ExecutorStalled",
     "ExecutorStats",
@@ -52,6 +55,8 @@ __all__ = [
 ]
 
 DEFAULT_GROUP: Final = "toolcall-executors"
+
+log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
 
 OutRecord = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
 """One record to write: topic, key, value, partition (None: by key), headers."""
@@ -92,6 +97,19 @@ class Tally:
     def skip(self, why: str) -> None:
         self.stats.skip(why)
         metrics.EXECUTOR_SKIPPED.labels(why).inc()
+
+    def refusal(self, dispatch: Dispatch, code: str, blocked_by: str | None) -> None:
+        """Count and log a refusal (once it is committed, or queued after a claim)."""
+        self.outcome(dispatch.tool, ExecutionOutcome.REFUSED, code)
+        log.info(
+            "call refused by the fence",
+            extra=fields(
+                dispatch_id=dispatch.dispatch_id,
+                tool=dispatch.tool,
+                reason=code,
+                blocked_by=blocked_by,
+            ),
+        )
 
 
 @dataclass
@@ -166,6 +184,19 @@ class OwnedPartition:
     # paused because an in-order call waits for the one before it (Claimer.decide): resumed
     # once no in-order call of the partition runs
     ordered_wait: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimedCall:
+    """A call whose claim is committed, waiting for a slot (or starting now)."""
+
+    owned: OwnedPartition
+    offset: int
+    dispatch: Dispatch
+    headers: list[tuple[str, bytes]]
+    registration: Registration
+    requirements: Requirements
+    claim: ExecutionEntry
 
 
 @dataclass

@@ -34,6 +34,7 @@ from processor.executor.executor_state import (
 )
 from processor.executor.ledger import restore_ledger_partition
 from processor.executor.records import EntryState
+from processor.executor.running import Runner
 from processor.executor.transactions import PartitionWriter
 from processor.kafka import hanging
 from processor.kafka.clients import discard_producer
@@ -70,20 +71,24 @@ class Ownership:
         group: str,
         writer: PartitionWriter,
         claimer: Claimer,
+        runner: Runner,
         progress: Progress,
         stopping: asyncio.Event,
         consumer: Callable[[], AIOKafkaConsumer | None],
         admin: Callable[[], AIOKafkaConsumer | None],
+        forget: Callable[[TopicPartition], None],
     ) -> None:
         self.settings = settings
         self.topics = settings.topics
         self.group = group
         self._writer = writer
         self._claimer = claimer
+        self._runner = runner
         self._progress = progress
         self._stopping = stopping
         self._consumer = consumer
         self._admin = admin
+        self._forget = forget  # what was fetched of a partition and not decided: dropped
         self.owned: dict[int, OwnedPartition] = {}
         self.retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
         self.lock = asyncio.Lock()
@@ -164,7 +169,9 @@ class Ownership:
         """Wait for the handlers running on these partitions, up to
         ``executor_release_wait_seconds``; cancel the rest (their outcome is ``unknown``,
         ``executor_stopped``: they are never run again). Their ends are then in
-        ``OwnedPartition.finished``, for the release to write."""
+        ``OwnedPartition.finished``, for the release to write. Their claimed calls still
+        waiting for a slot never start (:meth:`Runner.withdraw`)."""
+        self._runner.withdraw({o.partition for o in owned})
         tasks = {task for o in owned for task in o.running}
         if not tasks:
             return
@@ -188,6 +195,8 @@ class Ownership:
         tps = sorted(
             (tp for tp in assigned if tp.topic == self.topics.dispatch), key=lambda t: t.partition
         )
+        for tp in tps:  # read from the committed offset on: nothing fetched before counts
+            self._forget(tp)
         async with self.lock:
             await asyncio.gather(*(self._take_assigned(tp) for tp in tps))
 
@@ -267,6 +276,7 @@ class Ownership:
                     if lost is not None:
                         await discard_producer(lost.producer)  # fenced: nothing to flush
                         if lost.resume_at is not None:  # fetch the undecided records again
+                            self._forget(tp)
                             consumer.seek(tp, lost.resume_at)
                     consumer.resume(tp)
                     return
@@ -275,6 +285,7 @@ class Ownership:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         for tp in revoked:
+            self._forget(tp)
             retake = self.retakes.pop(tp.partition, None)
             if retake is not None:
                 retake.cancel()
@@ -343,9 +354,11 @@ class Ownership:
         ``resume_at`` (the record in hand) are fetched again."""
         owned.lost = True
         owned.resume_at = resume_at
+        tp = TopicPartition(self.topics.dispatch, owned.partition)
+        self._forget(tp)
         delay = self.settings.session_timeout_ms / 1000
         log.warning(
             "fenced on a dispatch partition; taking it again unless a rebalance moves it",
             extra=fields(partition=owned.partition, retake_in_seconds=delay),
         )
-        self._retry_take(TopicPartition(self.topics.dispatch, owned.partition), None, delay=delay)
+        self._retry_take(tp, None, delay=delay)

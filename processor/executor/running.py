@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -28,10 +29,17 @@ from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from processor.core.errors import PROCESS_EXCEPTIONS
-from processor.core.events import Dispatch
-from processor.executor.barrier import BarrierTimeout, ControlBarrier
-from processor.executor.executor_state import FinishedCall, OwnedPartition, RunningCall, Tally
-from processor.executor.fence import RefusalCode, Requirements
+from processor.executor.barrier import BarrierTimeout
+from processor.executor.executor_state import (
+    ClaimedCall,
+    FinishedCall,
+    OwnedPartition,
+    RunningCall,
+    Stopping,
+    Tally,
+)
+from processor.executor.fence import Refusal, RefusalCode
+from processor.executor.fencing import CallGate
 from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
 from processor.executor.inflight import InFlight
 from processor.executor.outputs import OutputRecords
@@ -71,7 +79,7 @@ class Runner:
         in_flight: InFlight,
         outputs: OutputRecords,
         tally: Tally,
-        barrier: ControlBarrier,
+        gate: CallGate,
         barrier_timeout_seconds: float,
         resume: Callable[[OwnedPartition], None],
         clock: Callable[[], float],
@@ -82,22 +90,135 @@ class Runner:
         self.in_flight = in_flight
         self._outputs = outputs
         self._tally = tally
-        self._barrier = barrier
+        self._gate = gate
+        self._barrier = gate.barrier
+        self._waiting: deque[ClaimedCall] = deque()  # claimed, waiting for a slot
+        self._starting: list[ClaimedCall] = []  # taken from the queue, fenced before they start
+        self._withdrawn: set[str] = set()  # of those, ended by withdraw meanwhile
+        self._starting_lock = asyncio.Lock()
+        self._starter: asyncio.Task[None] | None = None
+        self._closed = False
         self._watch_timeout = min(barrier_timeout_seconds, _WATCH_TIMEOUT)
         self._resume = resume
         self._clock = clock
 
-    def start(
-        self,
-        owned: OwnedPartition,
-        dispatch: Dispatch,
-        headers: list[tuple[str, bytes]],
-        registration: Registration,
-        claim: ExecutionEntry,
-        *,
-        requirements: Requirements,
-    ) -> None:
-        """Start a claimed call's handler now (its claim is committed; a slot is free)."""
+    @property
+    def waiting(self) -> int:
+        """Claimed calls waiting for a slot."""
+        return len(self._waiting)
+
+    def waiting_in_order(self, owned: OwnedPartition) -> set[tuple[str, str]]:
+        """The turns (tenant, turn id) of the partition's waiting in-order calls."""
+        return {
+            (c.dispatch.tenant, c.dispatch.turn_id)
+            for c in self._waiting
+            if c.owned is owned and c.registration.in_order
+        }
+
+    def enqueue(self, claimed: list[ClaimedCall]) -> None:
+        """Calls whose claims are committed, to start in claim order as slots free."""
+        self._waiting.extend(claimed)
+        self._count_waiting()
+
+    def _count_waiting(self) -> None:
+        self.in_flight.waiting = len(self._waiting) + len(self._starting)
+
+    def kick(self) -> None:
+        """A slot freed: start waiting calls in the background (no fetch, claim or lock in the
+        way: the slot is taken within one barrier read)."""
+        if not self._waiting or not self.in_flight.free() or self._closed:
+            return
+        if self._starter is None or self._starter.done():
+            self._starter = asyncio.create_task(self.start_waiting())
+
+    async def close(self) -> None:
+        """No call starts any more (the executor stops, after its partitions were released)."""
+        self._closed = True
+        starter, self._starter = self._starter, None
+        if starter is not None:
+            starter.cancel()
+            await asyncio.wait({starter})
+
+    async def start_waiting(self) -> None:
+        """Start as many waiting calls as there are free slots, in claim order. The fence is
+        read again right before (one barrier read per control partition for all of them): a
+        cancellation that raced the claims, or came while they waited, is still seen, and the
+        call ends as a refusal of its claim. Calls of a partition lost to a fence meanwhile
+        are dropped (the next take reports them ``unknown`` from their claims); calls of a
+        partition released meanwhile were ended by :meth:`withdraw`."""
+        async with self._starting_lock:
+            while self._waiting and self.in_flight.free() > len(self._starting):
+                while self._waiting and len(self._starting) < self.in_flight.free():
+                    claimed = self._waiting.popleft()
+                    if not claimed.owned.lost:
+                        self._starting.append(claimed)
+                self._count_waiting()
+                batch = self._starting
+                if not batch:
+                    return
+                try:
+                    checks = [(c.dispatch, c.requirements) for c in batch]
+                    refusals = await self._gate.check(checks)
+                except Stopping:
+                    refusals, stopped = [None] * len(batch), True
+                else:
+                    stopped = False
+                finally:
+                    self._starting = []
+                    self._count_waiting()
+                for claimed, refusal in zip(batch, refusals, strict=True):
+                    if claimed.owned.lost or claimed.dispatch.dispatch_id in self._withdrawn:
+                        self._withdrawn.discard(claimed.dispatch.dispatch_id)
+                        continue
+                    if stopped or refusal is not None:
+                        code = refusal.code.value if refusal is not None else "executor_stopped"
+                        self._end_unstarted(claimed, code, refusal)
+                        continue
+                    self._start(claimed)
+                self.in_flight.finished.set()  # refusals after claims are written promptly too
+                if stopped:
+                    return
+
+    def withdraw(self, partitions: set[int]) -> None:
+        """The claimed calls of these partitions (released, or the executor stopping) that
+        have not started never start: each ends as a refusal of its claim
+        (``executor_stopped``), written with the release."""
+        kept: deque[ClaimedCall] = deque()
+        for claimed in self._waiting:
+            if claimed.owned.partition not in partitions:
+                kept.append(claimed)
+            elif not claimed.owned.lost:
+                self._end_unstarted(claimed, "executor_stopped", None)
+        self._waiting = kept
+        for claimed in self._starting:  # being fenced now: not started once that returns
+            if claimed.owned.partition in partitions and not claimed.owned.lost:
+                self._withdrawn.add(claimed.dispatch.dispatch_id)
+                self._end_unstarted(claimed, "executor_stopped", None)
+        self._count_waiting()
+
+    def _end_unstarted(self, claimed: ClaimedCall, code: str, refusal: Refusal | None) -> None:
+        owned = claimed.owned
+        refused = self._outputs.refusal(
+            claimed.dispatch,
+            claimed.headers,
+            code,
+            where=(owned.partition, claimed.offset),
+            refusal=refusal,
+            claim=claimed.claim,
+        )
+        # the claim's transaction took the offset: written as the end of a claimed call
+        owned.finished.append(FinishedCall(claimed.dispatch.dispatch_id, refused.outputs))
+        owned.entries[claimed.dispatch.dispatch_id] = refused.entry
+        self._tally.refusal(claimed.dispatch, code, refused.blocked_by)
+
+    def _start(self, claimed: ClaimedCall) -> None:
+        """Start a claimed call's handler now (a slot is free)."""
+        owned, dispatch, headers = claimed.owned, claimed.dispatch, claimed.headers
+        registration, claim, requirements = (
+            claimed.registration,
+            claimed.claim,
+            claimed.requirements,
+        )
         running = RunningCall(
             dispatch,
             requirements,
@@ -109,6 +230,7 @@ class Runner:
         running.task = task
         owned.running.add(task)
         task.add_done_callback(owned.running.discard)
+        task.add_done_callback(lambda _task: self.kick())
         if registration.in_order:
             task.add_done_callback(lambda _task: self.resume_ordered(owned))
 
