@@ -108,10 +108,11 @@ class Runner:
         return len(self._waiting)
 
     def waiting_in_order(self, owned: OwnedPartition) -> set[tuple[str, str]]:
-        """The turns (tenant, turn id) of the partition's waiting in-order calls."""
+        """The turns (tenant, turn id) of the partition's in-order calls claimed and not
+        started yet (waiting, or being fenced to start)."""
         return {
             (c.dispatch.tenant, c.dispatch.turn_id)
-            for c in self._waiting
+            for c in (*self._waiting, *self._starting)
             if c.owned is owned and c.registration.in_order
         }
 

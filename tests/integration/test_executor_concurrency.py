@@ -171,7 +171,7 @@ async def test_a_hung_handler_holds_up_no_other_call(runtime: Runtime) -> None:
 async def test_a_batch_killed_mid_handlers_reports_exactly_the_started_calls_unknown(
     runtime: Runtime, tmp_path: Path
 ) -> None:
-    """A subprocess executor with 4 slots and a claim-ahead of 1 (a quarter of 4) claims a
+    """A subprocess executor with 4 slots and a claim-ahead of 1 (``--claim-ahead``) claims a
     batch of the 10 waiting calls and starts 4; the fifth waits for a slot. SIGKILL while all 4
     handlers run. The next owner reports exactly those 5 claims ``unknown`` (never run again:
     the one that waited may not have run, but no owner can know) and runs the 5 it never
@@ -199,6 +199,8 @@ async def test_a_batch_killed_mid_handlers_reports_exactly_the_started_calls_unk
                 group,
                 "--max-in-flight",
                 "4",
+                "--claim-ahead",
+                "1",
                 "--allow-unsigned-operators",
             ],
             cwd=REPO_ROOT,
