@@ -220,7 +220,11 @@ class ExecutorClient:
         self._barrier = ControlBarrier(settings, self._new_fence)
         outputs = OutputRecords(self.topics, group, self.executor_id, clock)
         self.writer = writer = PartitionWriter(
-            settings, group, lambda: self._admin if self._admin is not None else self._consumer
+            settings,
+            group,
+            lambda: self._admin if self._admin is not None else self._consumer,
+            executor_id=self.executor_id,
+            restore=lambda p: self.ownership.restore_ledger(p),  # noqa: PLW0108 (built below)
         )
         self.gate = gate = CallGate(
             self._barrier,

@@ -33,7 +33,7 @@ from processor.executor.executor_state import (
     TransactionFailed,
 )
 from processor.executor.ledger import restore_ledger_partition
-from processor.executor.records import EntryState
+from processor.executor.records import EntryState, ExecutionEntry
 from processor.executor.running import Runner
 from processor.executor.transactions import PartitionWriter
 from processor.kafka import hanging
@@ -304,14 +304,7 @@ class Ownership:
         that cannot report them fails, and is retried: they would stay claimed otherwise)."""
         producer = await self._writer.new_producer(partition, in_doubt=True)  # the last end
         try:
-            entries = await restore_ledger_partition(
-                self.settings,
-                self.topics.executions,
-                partition,
-                self.group,
-                timeout=self.settings.restore_timeout_seconds,
-                offsets=self._admin(),
-            )
+            entries = await self.restore_ledger(partition)
         except BaseException:
             await discard_producer(producer)  # nothing to flush; bounded with the broker gone
             raise
@@ -327,6 +320,17 @@ class Ownership:
             await discard_producer(owned.producer)
             raise _TakeFailed(type(exc).__name__) from None
         return owned
+
+    async def restore_ledger(self, partition: int) -> dict[str, ExecutionEntry]:
+        """The group's ledger partition, read to its end now."""
+        return await restore_ledger_partition(
+            self.settings,
+            self.topics.executions,
+            partition,
+            self.group,
+            timeout=self.settings.restore_timeout_seconds,
+            offsets=self._admin(),
+        )
 
     async def release(self, owned: OwnedPartition) -> None:
         """Its running calls end (:meth:`drain`), their ends and the offset are written, and

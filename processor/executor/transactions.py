@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
+from processor.core.errors import ExecutionError, KafkaStepError
 from processor.executor.executor_state import (
     EndsUnrecorded,
     Fenced,
@@ -31,6 +32,7 @@ from processor.executor.executor_state import (
     OwnedPartition,
     TransactionFailed,
 )
+from processor.executor.records import ExecutionEntry
 from processor.kafka import hanging
 from processor.kafka.clients import discard_producer, settle_unawaited
 from processor.kafka.owner_fence import OwnerFence
@@ -52,15 +54,26 @@ class PartitionWriter:
     """Writes outputs and offsets in one transaction of a partition's producer.
 
     ``admin`` gives the client the transaction coordinator is asked on (one of its own: on the
-    group consumer's, a request waits behind the pending long-polled fetch)."""
+    group consumer's, a request waits behind the pending long-polled fetch); ``restore`` reads a
+    ledger partition to its end (:func:`~processor.executor.ledger.restore_ledger_partition`),
+    to tell, after a retry had to fence the transactional id again, whether another member
+    owned the partition meanwhile; ``executor_id`` is this member's."""
 
     def __init__(
-        self, settings: Settings, group: str, admin: Callable[[], AIOKafkaConsumer | None]
+        self,
+        settings: Settings,
+        group: str,
+        admin: Callable[[], AIOKafkaConsumer | None],
+        *,
+        executor_id: str,
+        restore: Callable[[int], Awaitable[dict[str, ExecutionEntry]]],
     ) -> None:
         self.settings = settings
         self.group = group
         self.topics = settings.topics
+        self.executor_id = executor_id
         self._admin = admin
+        self._restore = restore
         # the owner fence of each partition being taken, kept across the tries of one take
         self._owner_fences: dict[int, OwnerFence] = {}
 
@@ -144,6 +157,18 @@ class PartitionWriter:
         InitProducerId completes or aborts the failed transaction, so a retry never doubles an
         effect that matters: entries are keyed, results carry a stable ``result_id``), up to
         ``_TXN_ATTEMPTS``; then :class:`TransactionFailed`. Fencing: :class:`Fenced`.
+
+        A new producer fences whoever holds the transactional id now, and that may be the
+        partition's rightful owner: this member may have been stopped (SIGSTOP, a long GC, a
+        frozen VM) past its session, the group may have given the partition to another member,
+        which took it and wrote to the ledger, while this one still believes it owns it (its
+        consumer learns of the rebalance only at its next poll). Writing its stale ends and
+        claims then would report a call twice and run one twice (chaos seeds 22 and 23). So
+        once a retry has its new producer, the ledger partition is read again
+        (:meth:`_still_ours`): an entry of another member that this one does not hold as it
+        is means the partition was owned by another meanwhile, and this member gives it up
+        (:class:`Fenced`: nothing of it is written; the next owner reports its claims
+        ``unknown``, never run again).
         """
         offset = next_offset if next_offset is not None else owned.pending_offset
         for attempt in range(1, _TXN_ATTEMPTS + 1):
@@ -167,6 +192,10 @@ class PartitionWriter:
                     await asyncio.sleep(min(2.0, 0.2 * attempt))
                     continue
                 owned.discarded = owned.in_doubt = False
+                if not await self._still_ours(owned):
+                    owned.lost = True
+                    await discard_producer(owned.producer)
+                    raise Fenced
             producer = owned.producer
             try:
                 async with asyncio.timeout(self.settings.commit_timeout_seconds):
@@ -192,6 +221,38 @@ class PartitionWriter:
                 owned.pending_offset = None
             return
         raise TransactionFailed
+
+    async def _still_ours(self, owned: OwnedPartition) -> bool:
+        """Whether no other member wrote to the partition's ledger since this one's view of it
+        (``owned.entries``): every entry of another member is one this member holds, in the
+        same state. A ledger that cannot be read now counts as written by another (fail
+        closed: the partition is given up and taken again from the ledger)."""
+        try:
+            async with asyncio.timeout(self.settings.commit_timeout_seconds):
+                ledger = await self._restore(owned.partition)
+        except (KafkaError, TimeoutError, ExecutionError, KafkaStepError) as exc:
+            log.warning(
+                "executor transaction: the ledger could not be read after a new producer; "
+                "the partition is given up and taken again",
+                extra=fields(partition=owned.partition, error=type(exc).__name__),
+            )
+            return False
+        for dispatch_id, entry in ledger.items():
+            if entry.executor_id == self.executor_id:
+                continue  # this member's own, written or in doubt
+            held = owned.entries.get(dispatch_id)
+            if held is None or (held.executor_id, held.state) != (entry.executor_id, entry.state):
+                log.warning(
+                    "another member owned this dispatch partition meanwhile; giving it up",
+                    extra=fields(
+                        partition=owned.partition,
+                        dispatch_id=dispatch_id,
+                        by=entry.executor_id,
+                        state=entry.state.value,
+                    ),
+                )
+                return False
+        return True
 
     async def one_transaction(
         self,
