@@ -36,7 +36,7 @@ import processor  # noqa: E402
 from processor.core.events import Dispatch, TurnStarted  # noqa: E402
 from processor.executor.handlers import Call, Handlers  # noqa: E402
 from tests.integration.conftest import TOOLS_YAML, Runtime, call_events  # noqa: E402
-from tests.integration.test_executor_fence import Executor  # noqa: E402
+from tests.integration.executor_harness import Executor  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "agent_loop.json"
 ARGUMENTS = '{"location": "Paris", "units": "c"}'

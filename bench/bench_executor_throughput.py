@@ -204,7 +204,7 @@ async def latency(settings: Any, rate: float, seconds: float, limit: int) -> dic
     from processor.executor.client import ExecutorClient  # noqa: PLC0415
     from processor.executor.handlers import Handlers  # noqa: PLC0415
     from tests.integration.conftest import turn_started  # noqa: PLC0415
-    from tests.integration.test_executor_fence import make_dispatch  # noqa: PLC0415
+    from tests.integration.executor_harness import make_dispatch  # noqa: PLC0415
 
     started: dict[str, float] = {}
     visible: dict[str, float] = {}
@@ -342,7 +342,7 @@ async def _backlog(
 
     from processor.core.events import encode, turn_key  # noqa: PLC0415
     from tests.integration.conftest import Runtime, turn_started  # noqa: PLC0415
-    from tests.integration.test_executor_fence import make_dispatch  # noqa: PLC0415
+    from tests.integration.executor_harness import make_dispatch  # noqa: PLC0415
 
     rt = Runtime(bootstrap, prefix, Path(tempfile.mkdtemp()), partitions)
     if create:

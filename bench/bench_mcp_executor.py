@@ -46,7 +46,7 @@ from processor.executor.handlers import Handlers  # noqa: E402
 from processor.mcp.connection import McpConnection, ServerSpec  # noqa: E402
 from processor.mcp.tools import McpTools  # noqa: E402
 from tests.integration.conftest import Runtime, turn_started, wait_until  # noqa: E402
-from tests.integration.test_executor_fence import (  # noqa: E402
+from tests.integration.executor_harness import (  # noqa: E402
     make_dispatch,
     results,
     write_dispatch,

@@ -101,6 +101,12 @@ def add_executor_flags(
         type=int,
         help="handlers running at once (PROCESSOR_EXECUTOR_MAX_IN_FLIGHT, default 64)",
     )
+    parser.add_argument(
+        "--claim-ahead",
+        type=int,
+        help="calls claimed beyond the free slots, waiting for one (PROCESSOR_EXECUTOR_CLAIM_AHEAD,"
+        " default half of --max-in-flight; 0: claim only what starts at once)",
+    )
     parser.add_argument("--metrics-port", type=int, help="serve /metrics, /healthz, /readyz")
     parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
 
@@ -113,6 +119,7 @@ def _run_command(args: argparse.Namespace) -> int:
         keyring_file=args.keyring,
         metrics_port=args.metrics_port,
         executor_max_in_flight=args.max_in_flight,
+        executor_claim_ahead=args.claim_ahead,
     )
     configure_logging(settings.log_level)
     app_dir = str(Path(args.app_dir).resolve())
@@ -263,6 +270,7 @@ def _mcp_command(args: argparse.Namespace) -> int:
         keyring_file=args.keyring,
         metrics_port=args.metrics_port,
         executor_max_in_flight=args.max_in_flight,
+        executor_claim_ahead=args.claim_ahead,
     )
     configure_logging(settings.log_level)
     server = mcp_settings(args)

@@ -7,15 +7,18 @@ module:object``)::
     async with ExecutorClient(settings, handlers, group="bookings", verifier=keyring) as client:
         await client.run()
 
-Per fetch (each dispatch partition's records decided in offset order; up to ``max_in_flight``
-handlers, ``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
+A poll is always pending; what it returns waits in the backlog
+(:mod:`processor.executor.backlog`) until it can be claimed. Per claim round (each dispatch
+partition's records decided in offset order; up to ``max_in_flight`` handlers,
+``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
 
 1. Decode each record; a tool this executor has no handler for belongs to another executor group
    and is skipped; a ``dispatch_id`` already in the group's ledger is skipped (never run twice).
-   Only as many calls as there are free in-flight slots go on (a claimed call starts at once);
-   the records after them are fetched again later.
+   Only as many calls go on as may be claimed: the free slots plus the claim-ahead
+   (``PROCESSOR_EXECUTOR_CLAIM_AHEAD``, half the in-flight limit by default) less the calls
+   already waiting for a slot; the records after them stay in the backlog.
 2. **Fence** (:mod:`processor.executor.fence`, :mod:`processor.executor.barrier`), once for all
-   the calls of the fetch: each control partition they need is read up to its current end
+   the calls of the round: each control partition they need is read up to its current end
    offset (one barrier read per partition), and each call is checked: its turn not cancelled,
    its response not quarantined, its tool not disabled, its tenant not stopped, the call not
    denied, and a required confirmation present, bound to this digest and the turn's actor, and
@@ -25,7 +28,10 @@ handlers, ``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
    user status), the ends of calls that finished meanwhile, and the offset past the records,
    before anything runs.
 4. **Fence again**, right before the handlers start, shared by the calls that start together: a
-   cancellation that raced the claims is still seen (the call's end is then a refusal).
+   cancellation that raced the claims, or came while a call waited for a slot, is still seen
+   (the call's end is then a refusal). A claimed call waits for a slot at most until one
+   frees (:meth:`Runner.start_waiting <processor.executor.running.Runner.start_waiting>`, as
+   soon as a handler ends, without a fetch or a claim in the way).
 5. **Run** the handlers side by side (:mod:`processor.executor.inflight`), each with its timeout;
    as they end, their outcomes (``succeeded`` / ``failed``, or ``unknown`` when the handler timed
    out or was stopped) are written together, one transaction per partition, at most
@@ -35,47 +41,42 @@ Which calls overlap: any two, of different turns or of one turn, on one dispatch
 several (calls of one response are independent by every provider's definition of parallel tool
 calls), except the calls of one turn of tools registered ``in_order``, which run one at a time
 in dispatch order (the rest of their partition waits with them). At most once is kept by the
-claim: a claimed call whose outcome was not written (the executor killed in the window above) is
-reported ``unknown`` by the next owner, never run again.
-A slow or hung handler holds up no other call (its timeout ends it); with every slot taken the
-consumer is paused, the loop goes on. A revoke or a stop waits for the partition's running
+claim: a claimed call whose outcome was not written (the executor killed in the window above, or
+while the call waited for a slot) is reported ``unknown`` by the next owner, never run again; a
+release or a stop ends the waiting ones as refusals (``executor_stopped``: they did not run).
+A slow or hung handler holds up no other call (its timeout ends it); with nothing claimable the
+records stay in the backlog, a partition whose backlog is full is paused on the consumer, and the
+loop goes on. A revoke or a stop waits for the partition's running
 handlers up to ``executor_release_wait_seconds`` (10 s), then cancels the rest (``unknown``).
 While calls run, their control partitions are read every 0.2 s: a call whose turn was stopped
 since it started is told (``Call.stop``) and cancelled ``executor_stop_grace_seconds`` later
-(:meth:`Running._tell_stopped`).
+(:meth:`Runner.tell_stopped <processor.executor.running.Runner.tell_stopped>`).
 
 Results go to ``<prefix>results`` (:class:`~processor.executor.records.ExecutionResult`);
 refusals, failures and unknown outcomes also go to ``status`` as what the user may be told. The
 ``traceparent`` header of the dispatch record is passed to the handler and copied to the outputs.
 Nothing here logs, counts or writes argument values.
 
-Where the parts live. This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the
-consumer loop (``run``: fetch, claim and start under the lock; the ends of finished calls
-written as they come; the back-pressure of the in-flight bound) and
-rebalances (taking the partitions of an assignment side by side: a new transactional producer
-each, the ledger restored, unfinished claims reported ``unknown``; releasing one; retrying a
-failed take; taking one back after a fence that no rebalance follows), and the stall watchdog
-beside the loop. It must not decide about a
-record. :class:`ExecutorClient` is one object built in layers, each a base of
-the next and calling only the layers below it (why layers and not collaborators:
-:mod:`processor.executor.executor_state`):
+Where the parts live. The client is composed of parts that take their state explicitly (h11's
+``Connection`` pattern), each in a module named for what it owns; a call's arguments can be
+followed from the record to the handler through them:
 
-* :mod:`~processor.executor.executor_state`: every field, the stats, the internal signals;
-* :mod:`~processor.executor.transactions`: the producer, the output records, one transaction
-  with the offset;
-* :mod:`~processor.executor.fencing`: the requirements of a dispatch and the fence, after the
-  control barrier;
-* :mod:`~processor.executor.running`: running handlers side by side and queueing their outcomes;
-* :mod:`~processor.executor.claims`: a fetch through steps 1-5 above (skip, refuse, claim, start).
+* :class:`~processor.executor.claims.Claimer`: a fetch through steps 1-5 above (skip, refuse,
+  claim, start);
+* :class:`~processor.executor.fencing.CallGate`: the requirements of a dispatch and the fence,
+  after the control barrier (:class:`~processor.executor.barrier.ControlBarrier`);
+* :class:`~processor.executor.transactions.PartitionWriter`: the producer of a partition, one
+  transaction with the offset; :class:`~processor.executor.outputs.OutputRecords`: the records
+  written about a call;
+* :class:`~processor.executor.running.Runner`: handlers side by side, their outcomes, the stop
+  watch; :class:`~processor.executor.inflight.InFlight`: the in-flight bound;
+* :class:`~processor.executor.ownership.Ownership`: the owned partitions, takes and releases;
+* :mod:`~processor.executor.executor_state`: the records they pass to each other.
 
-The in-flight bound is a part of its own (:class:`~processor.executor.inflight.InFlight`).
-
-Why one module: the loop and the rebalance callbacks interleave under one lock over one
-partition table (a revoke waits for the fetch in hand, then for the partition's running calls,
-then writes their ends; a take fences, restores and reports while the loop waits), and that
-interleaving is read in one place. Splitting it off as one more layer would deepen the stack
-issue 39 (item 5) asks to replace with parts of explicit state (loop, claim ledger, runner,
-barrier); that is where it is to be split.
+This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the consumer loop
+(``run``: fetch, claim and start under the ownership lock; the ends of finished calls written as
+they come; the back-pressure of the in-flight bound), and the stall watchdog beside the loop. It
+must not decide about a record.
 """
 
 from __future__ import annotations
@@ -83,49 +84,52 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
-from collections.abc import Coroutine
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from processor.core.errors import ConfigurationError, ExecutionError, KafkaStepError
-from processor.executor.claims import Claims
+from processor.core.authn import CommandVerifier
+from processor.core.errors import ConfigurationError
+from processor.core.registry import Registry
+from processor.executor.backlog import Backlog
+from processor.executor.barrier import ControlBarrier
+from processor.executor.claims import Claimer
 from processor.executor.executor_state import (
-    _T,
     DEFAULT_GROUP,
     ExecutorStalled,
     ExecutorStats,
-    _Fenced,
-    _Owned,
-    _TransactionFailed,
+    OwnedPartition,
+    Progress,
+    Tally,
 )
-from processor.executor.ledger import restore_ledger_partition
-from processor.executor.records import EntryState
-from processor.kafka import hanging
-from processor.kafka.clients import committed_reader, discard_producer, stop_consumer
+from processor.executor.fence import FenceState
+from processor.executor.fencing import CallGate
+from processor.executor.handlers import Handlers
+from processor.executor.inflight import InFlight
+from processor.executor.outputs import OutputRecords
+from processor.executor.ownership import Ownership
+from processor.executor.running import Runner
+from processor.executor.transactions import PartitionWriter
+from processor.kafka.clients import committed_reader, stop_consumer
 from processor.kafka.topics import partition_counts
 from processor.observability import metrics
 from processor.observability.logging import fields
+from processor.settings import Settings
 
 __all__ = ["DEFAULT_GROUP", "ExecutorClient", "ExecutorStalled", "ExecutorStats"]
 
 log = logging.getLogger(__name__)
 
 
-# how often the control partitions of running calls are read for a stop (_tell_stopped)
+# how often the control partitions of running calls are read for a stop (Runner.tell_stopped)
 _STOP_WATCH_SECONDS: Final = 0.2
 _RELEASE_SECONDS: Final = 10.0  # a released producer's flush (stop) at most; then discarded
-
-
-class _Abandoned(ExecutionError):
-    """The broker is gone and the executor is exiting: a take or release was cancelled."""
-
-
-class _TakeFailed(KafkaStepError):
-    """A take could not report the claims a previous owner left unfinished."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -133,13 +137,14 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self._client = client
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self._client._on_revoked(revoked)
+        await self._client.ownership.on_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        await self._client._on_assigned(assigned)
+        await self._client.ownership.on_assigned(assigned)
+        self._client.assigned.set()
 
 
-class ExecutorClient(Claims):
+class ExecutorClient:
     """Consumes ``dispatch`` in consumer group ``group`` and runs registered handlers.
 
     ``verifier`` authenticates operator commands read from ``control`` (a
@@ -150,6 +155,195 @@ class ExecutorClient(Claims):
     without a registry), is refused at construction (``confirmation_rule_unknown``): whether a
     call needs a confirmation is never guessed.
     """
+
+    def __init__(
+        self,
+        settings: Settings,
+        handlers: Handlers,
+        *,
+        verifier: CommandVerifier,
+        group: str = DEFAULT_GROUP,
+        executor_id: str | None = None,
+        registry: Registry | None = None,
+        barrier_timeout_seconds: float = 30.0,
+        batch_size: int | None = None,
+        max_in_flight: int | None = None,
+        claim_ahead: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not len(handlers):
+            raise ConfigurationError("invalid_handlers", "no handlers registered")
+        undecided = sorted(
+            {
+                f"{r.namespace}.{r.tool}" if r.namespace is not None else r.tool
+                for r in handlers
+                if r.requires_confirmation is None
+                and (registry is None or registry.resolve(r.tool, r.namespace) is None)
+            }
+        )
+        if undecided:  # fail closed: never guess that a tool needs no confirmation
+            raise ConfigurationError(
+                "confirmation_rule_unknown",
+                "neither the handler nor the tool registry says whether "
+                f"{', '.join(undecided)} needs a confirmation: pass the registry (--tools) "
+                "or register the handler with requires_confirmation",
+            )
+        self.settings = settings
+        self.handlers = handlers
+        self.group = group
+        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.registry = registry
+        self.topics = settings.topics
+        self.assigned = asyncio.Event()
+        self._verifier = verifier
+        self._clock = clock
+        self._retention = settings.limits.retention_seconds
+        self._consumer: AIOKafkaConsumer | None = None
+        # a consumer never assigned: its client asks the transaction coordinator for a take,
+        # with no long-polled fetch ahead of the request on its connection
+        self._admin: AIOKafkaConsumer | None = None
+        self._stopping = asyncio.Event()
+        self._started = False
+        self._next_forget = 0.0
+        # the parts (each takes what it needs; module docstring); public, so that an
+        # application or a test can see (and a test wrap) each one
+        self._tally = Tally()
+        self._progress = Progress()
+        # handlers running at once (None: executor_max_in_flight); records per poll at most
+        # (None: as many as may run at once; never more than the free slots)
+        limit = max_in_flight or settings.executor_max_in_flight
+        ahead = claim_ahead if claim_ahead is not None else settings.executor_claim_ahead
+        self._in_flight = InFlight(limit, max(1, limit // 2) if ahead is None else ahead)
+        self._batch_size = batch_size or self._in_flight.limit
+        # records fetched and not decided yet; a partition with 4 polls' worth is paused
+        self._backlog = Backlog(4 * self._batch_size)
+        self._barrier = ControlBarrier(settings, self._new_fence)
+        outputs = OutputRecords(self.topics, group, self.executor_id, clock)
+        self.writer = writer = PartitionWriter(
+            settings,
+            group,
+            lambda: self._admin if self._admin is not None else self._consumer,
+            executor_id=self.executor_id,
+            restore=lambda p: self.ownership.restore_ledger(p),  # noqa: PLW0108 (built below)
+        )
+        self.gate = gate = CallGate(
+            self._barrier,
+            registry,
+            retention_seconds=self._retention,
+            barrier_timeout_seconds=barrier_timeout_seconds,
+            stopping=self._stopping,
+            clock=clock,
+        )
+        self.runner = Runner(
+            settings=settings,
+            group=group,
+            in_flight=self._in_flight,
+            outputs=outputs,
+            tally=self._tally,
+            gate=gate,
+            barrier_timeout_seconds=barrier_timeout_seconds,
+            resume=self._resume,
+            clock=clock,
+        )
+        self.claimer = Claimer(
+            handlers=handlers,
+            gate=gate,
+            writer=writer,
+            runner=self.runner,
+            outputs=outputs,
+            tally=self._tally,
+            progress=self._progress,
+            stopping=self._stopping,
+            rewind=self._rewind,
+        )
+        self.ownership = Ownership(
+            settings=settings,
+            group=group,
+            writer=writer,
+            claimer=self.claimer,
+            runner=self.runner,
+            progress=self._progress,
+            stopping=self._stopping,
+            consumer=lambda: self._consumer,
+            admin=lambda: self._admin,
+            forget=self._backlog.drop,
+        )
+
+    def _new_fence(self) -> FenceState:
+        registry = self.registry
+        if registry is None:  # a disabled name it cannot resolve then refuses the tenant's calls
+            known = frozenset(self.handlers.tools())
+            return FenceState(verifier=self._verifier, known_tools=known)
+
+        def canonical(name: str) -> str | None:
+            resolution = registry.resolve(name)
+            return resolution.declaration.name if resolution else None
+
+        def switch_names(name: str, namespace: str | None) -> frozenset[str] | None:
+            resolution = registry.resolve(name, namespace)
+            return registry.switch_names(resolution.declaration) if resolution else None
+
+        return FenceState(
+            verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
+        )
+
+    def _rewind(self, tp: TopicPartition, offset: int) -> None:
+        """Seek the consumer back to ``offset``: what the backlog holds of the partition is
+        forgotten (fetched again from there)."""
+        self._backlog.drop(tp)
+        consumer = self._consumer
+        if consumer is not None:
+            with contextlib.suppress(Exception):  # revoked meanwhile: the next owner's
+                consumer.seek(tp, offset)
+
+    def _resume(self, owned: OwnedPartition) -> None:
+        """A partition paused for an in-order call may go on (:meth:`Runner.resume_ordered`)."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        tp = TopicPartition(self.topics.dispatch, owned.partition)
+        with contextlib.suppress(Exception):
+            if tp in consumer.assignment():
+                consumer.resume(tp)
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def stats(self) -> ExecutorStats:
+        """Counters by outcome, and of records not run (tests, diagnostics)."""
+        return self._tally.stats
+
+    @property
+    def barrier(self) -> ControlBarrier:
+        return self._barrier
+
+    @property
+    def in_flight(self) -> InFlight:
+        """The handlers running now, the bound, and the most that ever ran at once."""
+        return self._in_flight
+
+    def owned_partitions(self) -> list[int]:
+        """The dispatch partitions this executor owns now (not lost to a fence)."""
+        return self.ownership.owned_partitions()
+
+    def paused_partitions(self) -> list[int]:
+        """The dispatch partitions paused on the consumer now: a full backlog (the in-flight
+        bound's back-pressure), a take being retried, or an in-order call waiting."""
+        consumer = self._consumer
+        if consumer is None:
+            return []
+        return sorted(tp.partition for tp in consumer.paused())
+
+    def seconds_since_progress(self) -> float:
+        """Seconds since the loop last made progress (handlers running do not hold it up)."""
+        return self._progress.seconds_since()
+
+    def _maybe_forget(self) -> None:
+        now = self._clock()
+        if now < self._next_forget:
+            return
+        self._next_forget = now + 60.0
+        self._barrier.forget(now - self._retention)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -228,18 +422,8 @@ class ExecutorClient(Claims):
         if not self._started:
             return
         self._started = False
-        for retake in self._retakes.values():
-            retake.cancel()
-        self._retakes.clear()
-        async with self._lock:
-            if not self._abandon:  # the running calls end, up to a bound, and are recorded
-                await self._drain(list(self._owned.values()))
-            for owned in list(self._owned.values()):
-                if self._abandon:
-                    await discard_producer(owned.producer)
-                else:
-                    await self._release(owned)
-            self._owned.clear()
+        await self.ownership.release_all()
+        await self.runner.close()
         for task in list(self._in_flight.tasks):  # abandoned, or of partitions lost: unknown
             task.cancel()  # from their claims, by the next owner
         consumer, self._consumer = self._consumer, None
@@ -259,11 +443,9 @@ class ExecutorClient(Claims):
     def request_stop(self, *, abandon: bool = False) -> None:
         """Ask :meth:`run` to return after the fetch in hand (signal-safe). ``abandon``: the
         broker is gone, so :meth:`stop` must not try to commit anything on the way out."""
-        self._abandon = self._abandon or abandon
         self._stopping.set()
-        if self._abandon:
-            for work in self._broker_work:
-                work.cancel()
+        if abandon:
+            self.ownership.abandon()
 
     async def run(self) -> None:
         """Process dispatch records until :meth:`request_stop` or :meth:`stop`.
@@ -305,79 +487,94 @@ class ExecutorClient(Claims):
                     extra=fields(
                         executor_id=self.executor_id,
                         stalled_seconds=round(stalled, 1),
-                        step=self._step,
+                        step=self._progress.step,
                         owned=self.owned_partitions(),
                         setting="PROCESSOR_EXECUTOR_STALL_TIMEOUT_SECONDS",
                     ),
                 )
                 self.request_stop(abandon=True)
-                return ExecutorStalled(stalled, self._step)
+                return ExecutorStalled(stalled, self._progress.step)
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
-        """Fetch, claim, start; write the ends of calls as they finish. Handlers run beside it
-        (at most ``max_in_flight``); with no slot free the consumer is paused, not the loop.
+        """Fetch into the backlog; claim and start from it; write the ends of calls as they
+        finish. Handlers run beside it (at most ``max_in_flight``). A poll is always pending,
+        so the records a freed slot needs are in hand; a partition whose backlog is full is
+        paused on the consumer, never the loop.
 
         The ends of finished calls are written at most ``executor_flush_interval_ms`` after
-        the first of them, with the claims of a fetch of their partition when one comes
+        the first of them, with the claims of a round of their partition when one comes
         first (one transaction, not two back to back on one transactional id)."""
         stop_wait = asyncio.create_task(self._stopping.wait())
         in_flight = self._in_flight
+        ownership = self.ownership
+        backlog = self._backlog
         flush_seconds = self.settings.executor_flush_interval_ms / 1000
         fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
         ends_due: float | None = None  # when the ends that finished are to be written
-        next_watch = 0.0  # when the running calls' turns are checked again (_tell_stopped)
+        next_watch = 0.0  # when the running calls' turns are checked again (Runner.tell_stopped)
+
+        def eligible(tp: TopicPartition) -> bool:  # may its records be decided now?
+            return not ownership.stays_paused(tp)
+
         try:
             while not self._stopping.is_set():
-                if not in_flight.free():
-                    in_flight.hold(consumer)
-                elif in_flight.holding:
-                    in_flight.let_go(consumer, self._stays_paused)
-                    if fetch is not None and not fetch.done():
-                        # asked while paused: it would wait for its timeout, not the records
-                        fetch.cancel()  # (a pending fetch holds no record: none is lost)
-                        with contextlib.suppress(asyncio.CancelledError, KafkaError):
-                            await fetch
-                        fetch = None
                 if fetch is None:
-                    most = max(1, min(self._batch_size, in_flight.free()))
-                    fetch = asyncio.create_task(consumer.getmany(timeout_ms=200, max_records=most))
-                ended = asyncio.create_task(in_flight.finished.wait())
-                wait = None if ends_due is None else max(0.0, ends_due - time.monotonic())
-                try:
-                    await asyncio.wait(
-                        {fetch, stop_wait, ended}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                    fetch = asyncio.create_task(
+                        consumer.getmany(timeout_ms=200, max_records=self._batch_size)
                     )
-                finally:
-                    ended.cancel()
+                if not (in_flight.claimable() and backlog.ready(eligible)):
+                    ended = asyncio.create_task(in_flight.finished.wait())
+                    wait = None if ends_due is None else max(0.0, ends_due - time.monotonic())
+                    try:
+                        await asyncio.wait(
+                            {fetch, stop_wait, ended},
+                            timeout=wait,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                    finally:
+                        ended.cancel()
                 if stop_wait.done():
                     return
                 if in_flight.finished.is_set():
                     in_flight.finished.clear()
                     if ends_due is None:
                         ends_due = time.monotonic() + flush_seconds
-                    if in_flight.holding and in_flight.free():
-                        continue  # a slot is free: fetch first, the ends go with the claims
-                if fetch.done():
-                    batches, fetch = fetch.result(), None
+                polled = fetch.done()
+                if polled:
+                    backlog.add(fetch.result())
+                    fetch = None
+                    for tp in backlog.to_pause():
+                        with contextlib.suppress(Exception):
+                            consumer.pause(tp)
+                if in_flight.claimable() and backlog.ready(eligible):
                     self._progress("waiting for the lock (a take or release in progress)")
-                    async with self._lock:
-                        if batches:
-                            fetched = await self._claim_fetch(consumer, batches)
-                            for owned, resume_at in fetched.fenced:
-                                self._lose(owned, resume_at)
-                            if fetched.stopping:
-                                return
-                        await self._flush_many({tp.partition for tp in batches}, ends=False)
+                    async with ownership.lock:
+                        batches = backlog.take(eligible)
+                        fetched = await self.claimer.claim_fetch(consumer, ownership.owned, batches)
+                        for owned, resume_at in fetched.fenced:
+                            ownership.lose(owned, resume_at)
+                        if fetched.stopping:
+                            return
+                        backlog.put_back(fetched.leftover)
+                        await ownership.flush_many({tp.partition for tp in batches}, ends=False)
+                    polled = False  # the flush that follows a poll is done
+                    for tp in backlog.to_resume(consumer.assignment()):
+                        if not ownership.stays_paused(tp):
+                            with contextlib.suppress(Exception):
+                                consumer.resume(tp)
                     self._maybe_forget()
+                if polled:  # kept ends of claimed calls, and sweeps, when they are due
+                    async with ownership.lock:
+                        await ownership.flush_many(set(), ends=False)
                 if ends_due is not None and time.monotonic() >= ends_due:
                     ends_due = None
                     self._progress("writing the ends of finished calls")
-                    async with self._lock:
-                        await self._flush_many(set(), ends=True)
+                    async with ownership.lock:
+                        await ownership.flush_many(set(), ends=True)
                 if in_flight.running and time.monotonic() >= next_watch:
                     next_watch = time.monotonic() + _STOP_WATCH_SECONDS
                     self._progress("reading control for the running calls")
-                    await self._tell_stopped()
+                    await self.runner.tell_stopped(list(ownership.owned.values()))
                 self._progress("polling")
         finally:
             stop_wait.cancel()
@@ -385,233 +582,3 @@ class ExecutorClient(Claims):
                 fetch.cancel()
                 with contextlib.suppress(asyncio.CancelledError, KafkaError):
                     await fetch
-
-    def _stays_paused(self, tp: TopicPartition) -> bool:
-        """Paused for another reason than the in-flight bound: a take being retried, or an
-        in-order call waiting for the one before it."""
-        owned = self._owned.get(tp.partition)
-        return tp.partition in self._retakes or (owned is not None and owned.ordered_wait)
-
-    async def _flush_many(self, fetched: set[int], *, ends: bool) -> None:
-        """One transaction per partition, side by side, for those with something to write:
-        with ``ends``, every partition with ends of finished calls; the fetched partitions
-        with a pending offset (records skipped) or a sweep due; the others' kept ends of
-        claimed calls and sweeps that are due (``_flush_due``)."""
-        now = time.monotonic()
-        due = {
-            owned.partition: owned
-            for owned in self._owned.values()
-            if not owned.lost
-            and (
-                (ends and owned.finished)
-                or (
-                    owned.partition in fetched
-                    and (owned.pending_offset is not None or owned.sweeps.due(now))
-                )
-            )
-        }
-        for owned in self._flush_due(fetched):
-            due.setdefault(owned.partition, owned)
-        if due:
-            await asyncio.gather(*(self._flush(owned) for owned in due.values()))
-
-    async def _flush(self, owned: _Owned) -> None:
-        """Kept ends of claimed calls, finished ends and the pending offset; a fence loses the
-        partition."""
-        try:
-            await self._flush_offsets(owned)
-        except _Fenced:
-            self._lose(owned, None)
-        except _TransactionFailed:
-            pass
-
-    async def _drain(self, owned: list[_Owned]) -> None:
-        """Wait for the handlers running on these partitions, up to
-        ``executor_release_wait_seconds``; cancel the rest (their outcome is ``unknown``,
-        ``executor_stopped``: they are never run again). Their ends are then in
-        ``_Owned.finished``, for the release to write."""
-        tasks = {task for o in owned for task in o.running}
-        if not tasks:
-            return
-        self._progress(f"waiting for {len(tasks)} running calls to end")
-        await asyncio.wait(tasks, timeout=self.settings.executor_release_wait_seconds)
-        late = [task for task in tasks if not task.done()]
-        for task in late:
-            task.cancel()
-        if late:
-            log.warning(
-                "running calls cancelled on release: outcome unknown, not run again",
-                extra=fields(calls=len(late), partitions=sorted(o.partition for o in owned)),
-            )
-            await asyncio.wait(late, timeout=_RELEASE_SECONDS)  # one that ignores it: left
-
-    # ------------------------------------------------------------------ rebalance
-
-    async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
-        """Take the assigned partitions, side by side (each has its own transactional id and
-        ledger partition)."""
-        tps = sorted(
-            (tp for tp in assigned if tp.topic == self.topics.dispatch), key=lambda t: t.partition
-        )
-        async with self._lock:
-            await asyncio.gather(*(self._take_assigned(tp) for tp in tps))
-        self.assigned.set()
-
-    async def _take_assigned(self, tp: TopicPartition) -> None:
-        previous = self._owned.pop(tp.partition, None)
-        try:
-            if previous is not None:
-                await self._abortable(self._release(previous))
-            self._owned[tp.partition] = await self._abortable(self._take(tp.partition))
-        except _Abandoned:
-            if previous is not None:
-                await discard_producer(previous.producer)
-        except Exception as exc:  # aiokafka swallows listener errors: retry here
-            self._retry_take(tp, exc)
-
-    async def _abortable(self, work: Coroutine[Any, Any, _T]) -> _T:
-        """Run a take or release that waits on the broker, so that abandoning the broker
-        (:meth:`request_stop` with ``abandon``) cancels it: :class:`_Abandoned` then."""
-        if self._abandon:
-            work.close()
-            raise _Abandoned
-        task = asyncio.ensure_future(work)
-        self._broker_work.add(task)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            me = asyncio.current_task()
-            if not task.cancelled() or (me is not None and me.cancelling()):
-                raise
-            raise _Abandoned from None
-        finally:
-            self._broker_work.discard(task)
-
-    def _retry_take(
-        self, tp: TopicPartition, exc: BaseException | None, *, delay: float = 1.0
-    ) -> None:
-        """Pause a partition whose take failed (``exc``), or that was lost to a fence, and
-        take it (again) in the background after ``delay`` seconds, while it stays assigned."""
-        if exc is not None:
-            log.warning(
-                "could not take a dispatch partition; retrying",
-                extra=fields(partition=tp.partition, error=type(exc).__name__),
-            )
-            metrics.EXECUTOR_TAKE_FAILURES.inc()
-        consumer = self._consumer
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                consumer.pause(tp)
-        if tp.partition not in self._retakes:
-            self._retakes[tp.partition] = asyncio.create_task(self._retake(tp, delay))
-
-    async def _retake(self, tp: TopicPartition, delay: float) -> None:
-        try:
-            while not self._stopping.is_set():
-                await asyncio.sleep(delay)
-                consumer = self._consumer
-                if consumer is None or tp not in consumer.assignment():
-                    return  # revoked meanwhile: the next owner takes it
-                async with self._lock:
-                    lost = self._owned.get(tp.partition)
-                    if lost is not None and not lost.lost:
-                        return
-                    try:
-                        owned = await self._abortable(self._take(tp.partition))
-                    except _Abandoned:
-                        return
-                    except Exception as exc:
-                        delay = min(max(delay, 1.0) * 2, 30.0)
-                        if isinstance(exc, hanging.TransactionHeld):
-                            continue  # logged once by processor.kafka.hanging
-                        log.warning(
-                            "retrying the take of a dispatch partition",
-                            extra=fields(partition=tp.partition, error=type(exc).__name__),
-                        )
-                        continue
-                    self._owned[tp.partition] = owned
-                    if lost is not None:
-                        await discard_producer(lost.producer)  # fenced: nothing to flush
-                        if lost.resume_at is not None:  # fetch the undecided records again
-                            consumer.seek(tp, lost.resume_at)
-                    consumer.resume(tp)
-                    return
-        finally:
-            self._retakes.pop(tp.partition, None)
-
-    async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
-        for tp in revoked:
-            retake = self._retakes.pop(tp.partition, None)
-            if retake is not None:
-                retake.cancel()
-        async with self._lock:  # waits for the fetch in hand; then for its running calls
-            await self._drain([o for tp in revoked if (o := self._owned.get(tp.partition))])
-            for tp in revoked:
-                owned = self._owned.pop(tp.partition, None)
-                if owned is not None:
-                    try:
-                        await self._abortable(self._release(owned))
-                    except _Abandoned:
-                        await discard_producer(owned.producer)
-
-    async def _take(self, partition: int) -> _Owned:
-        """Fence the previous owner, restore the ledger, report its unfinished claims (a take
-        that cannot report them fails, and is retried: they would stay claimed otherwise)."""
-        producer = await self._new_producer(partition, in_doubt=True)  # the last owner's end
-        try:
-            entries = await restore_ledger_partition(
-                self.settings,
-                self.topics.executions,
-                partition,
-                self.group,
-                timeout=self.settings.restore_timeout_seconds,
-                offsets=self._admin,
-            )
-        except BaseException:
-            await discard_producer(producer)  # nothing to flush; bounded with the broker gone
-            raise
-        owned = _Owned(partition=partition, producer=producer, entries=entries)
-        dangling = [e for e in entries.values() if e.state is EntryState.CLAIMED]
-        log.info(
-            "dispatch partition taken",
-            extra=fields(partition=partition, entries=len(entries), unfinished=len(dangling)),
-        )
-        try:
-            await self._record_unknown(owned, dangling, "executor_interrupted")
-        except (_Fenced, _TransactionFailed) as exc:
-            await discard_producer(owned.producer)
-            raise _TakeFailed(type(exc).__name__) from None
-        return owned
-
-    async def _release(self, owned: _Owned) -> None:
-        """Its running calls end (:meth:`_drain`), their ends and the offset are written, and
-        its producer stops."""
-        await self._drain([owned])
-        if not owned.lost:
-            with contextlib.suppress(_Fenced, _TransactionFailed):
-                await self._flush_offsets(owned)
-        try:  # a flush waits for pending batches, which an idempotent producer retries forever
-            await asyncio.wait_for(owned.producer.stop(), _RELEASE_SECONDS)
-        except Exception:
-            await discard_producer(owned.producer)
-
-    def _lose(self, owned: _Owned, resume_at: int | None) -> None:
-        """The partition's producer was fenced: stop using it, and take it again after one
-        session timeout if it is still ours then.
-
-        A fence means another member took the partition (a rebalance, which then tells this
-        member within a session timeout and cancels the retake), or that the coordinator
-        aborted a transaction of ours that outlived the transaction timeout (a broker outage,
-        a stalled commit) and bumped the epoch: then nothing else owns the partition and no
-        rebalance comes, so waiting for one would leave it paused for good, and a claim whose
-        end was being written would stay claimed. The take fences whatever else holds the id,
-        restores the ledger (reporting such a claim ``unknown``), and the records from
-        ``resume_at`` (the record in hand) are fetched again."""
-        owned.lost = True
-        owned.resume_at = resume_at
-        delay = self.settings.session_timeout_ms / 1000
-        log.warning(
-            "fenced on a dispatch partition; taking it again unless a rebalance moves it",
-            extra=fields(partition=owned.partition, retake_in_seconds=delay),
-        )
-        self._retry_take(TopicPartition(self.topics.dispatch, owned.partition), None, delay=delay)

@@ -1,51 +1,65 @@
-"""The executor client's state: every field, declared once, and the small helpers on it.
+"""The executor's records of state: what it owns per partition, per running call, and counts.
 
-Owns ``__init__`` (settings, handlers, the control barrier, the consumer, the owned partitions,
-the lock and stop flags), :class:`ExecutorStats`, the per-partition record :class:`_Owned`, the
-internal signals (:class:`_Fenced`, :class:`_EndsUnrecorded`, :class:`_TransactionFailed`,
-:class:`_Stopping`), the fence factory the barrier uses (``_new_fence``), outcome counting and the
-periodic forgetting of old control state.
+Owns the data the executor's parts pass to each other, and nothing that acts on it:
 
-Must not talk to Kafka nor decide about a record: that is the layers above.
+* :class:`OwnedPartition`: a dispatch partition this executor owns (its transactional producer,
+  its ledger view, the offset not yet committed, the ends of calls waiting for a transaction,
+  the handlers running on it);
+* :class:`RunningCall` and :class:`FinishedCall`: a claimed call while its handler runs, and
+  its end (ledger entry, result, status) until its transaction;
+* :class:`Progress` (what the loop does now, for the stall watchdog) and :class:`Tally` (the
+  outcome counters and metrics);
+* the internal signals between the parts (:class:`Fenced`, :class:`EndsUnrecorded`,
+  :class:`TransactionFailed`, :class:`Stopping`) and :class:`ExecutorStalled`.
 
-:class:`~processor.executor.client.ExecutorClient` is one class built in layers, each module's
-class the base of the next (bottom to top: ``executor_state``, ``transactions``, ``fencing``,
-``running``, ``claims``, ``client``); a layer calls only itself and the layers below it. They are
-layers of one object rather than collaborators because the state is genuinely shared: the owned
-partitions (producer, ledger view, pending offset), the consumer, the lock and the stop flags
-are read and changed by the loop, the rebalance callbacks and the per-record steps alike, and
-tests reach the running client through one object. All parts log to
-``processor.executor.client``."""
+The parts that act on these records take them explicitly (h11's ``Connection`` pattern):
+:mod:`~processor.executor.transactions` (the writer), :mod:`~processor.executor.fencing` (the
+gate), :mod:`~processor.executor.running` (the runner), :mod:`~processor.executor.claims` (the
+claimer), :mod:`~processor.executor.ownership` (the partition table) and
+:mod:`~processor.executor.client` (the lifecycle and the loop)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
+import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Final
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
-from processor.core.authn import CommandVerifier
-from processor.core.errors import ConfigurationError, ExecutionError, KafkaStepError
+from processor.core.errors import ExecutionError, KafkaStepError
 from processor.core.events import Dispatch
-from processor.core.registry import Registry
-from processor.executor.barrier import ControlBarrier
-from processor.executor.fence import FenceState, Refusal, Requirements
-from processor.executor.handlers import Call, Handlers
-from processor.executor.inflight import InFlight
+from processor.executor.fence import Refusal, Requirements
+from processor.executor.handlers import Call, Registration
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
 from processor.kafka.hanging import SweepSchedule
-from processor.kafka.owner_fence import OwnerFence
 from processor.observability import metrics
-from processor.settings import Settings
+from processor.observability.logging import fields
 
-__all__ = ["DEFAULT_GROUP", "ClientState", "ExecutorStalled", "ExecutorStats"]
+__all__ = [
+    "DEFAULT_GROUP",
+    "ClaimedCall",
+    "EndsUnrecorded",
+    "ExecutorStalled",
+    "ExecutorStats",
+    "Fenced",
+    "FinishedCall",
+    "OutRecord",
+    "OwnedPartition",
+    "Progress",
+    "RunningCall",
+    "Stopping",
+    "Tally",
+    "TransactionFailed",
+]
 
 DEFAULT_GROUP: Final = "toolcall-executors"
+
+log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
+
+OutRecord = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
+"""One record to write: topic, key, value, partition (None: by key), headers."""
 
 
 @dataclass
@@ -70,28 +84,65 @@ class ExecutorStats:
             self.undecodable += 1
 
 
-class _Fenced(KafkaStepError):
+@dataclass
+class Tally:
+    """The outcomes and skips of one executor: its :class:`ExecutorStats` and the metrics."""
+
+    stats: ExecutorStats = field(default_factory=ExecutorStats)
+
+    def outcome(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
+        self.stats.count(outcome.value)
+        metrics.EXECUTOR_OUTCOMES.labels(tool, outcome.value, reason or "").inc()
+
+    def skip(self, why: str) -> None:
+        self.stats.skip(why)
+        metrics.EXECUTOR_SKIPPED.labels(why).inc()
+
+    def refusal(self, dispatch: Dispatch, code: str, blocked_by: str | None) -> None:
+        """Count and log a refusal (once it is committed, or queued after a claim)."""
+        self.outcome(dispatch.tool, ExecutionOutcome.REFUSED, code)
+        log.info(
+            "call refused by the fence",
+            extra=fields(
+                dispatch_id=dispatch.dispatch_id,
+                tool=dispatch.tool,
+                reason=code,
+                blocked_by=blocked_by,
+            ),
+        )
+
+
+@dataclass
+class Progress:
+    """When the loop last made progress and what it does now (the stall watchdog's view;
+    handlers run beside the loop and do not hold it up)."""
+
+    step: str = "starting"
+    at: float = field(default_factory=time.monotonic)
+
+    def __call__(self, step: str) -> None:
+        self.at = time.monotonic()
+        self.step = step
+
+    def seconds_since(self) -> float:
+        return time.monotonic() - self.at
+
+
+class Fenced(KafkaStepError):
     """This executor lost the partition (its transactional producer was fenced)."""
 
 
-class _TransactionFailed(KafkaStepError):
+class TransactionFailed(KafkaStepError):
     """A transaction kept failing; the record in hand must be fetched and decided again."""
 
 
-class _EndsUnrecorded(_Fenced):
+class EndsUnrecorded(Fenced):
     """The end of a claimed call could not be written for several rounds: the partition is
     given up and taken again, as after a fence; the take reports the call ``unknown`` from its
     claim."""
 
 
-_Out = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
-"""One record to write: topic, key, value, partition (None: by key), headers."""
-
-
-_T = TypeVar("_T")
-
-
-class _Stopping(ExecutionError):
+class Stopping(ExecutionError):
     """The executor is stopping; leave the record in hand unacknowledged."""
 
 
@@ -106,37 +157,50 @@ class ExecutorStalled(ExecutionError):
 
 
 @dataclass
-class _Owned:
+class OwnedPartition:
     """A dispatch partition this executor owns: its transactional producer and ledger view."""
 
     partition: int
     producer: AIOKafkaProducer
     entries: dict[str, ExecutionEntry]
     pending_offset: int | None = None  # next offset to commit, not yet in a transaction
-    lost: bool = False  # its producer was fenced (client._lose)
+    lost: bool = False  # its producer was fenced (Ownership.lose)
     discarded: bool = False  # its producer was dropped after a failed transaction: make a new one
     in_doubt: bool = False  # that transaction failed after its commit was sent (it may commit)
-    # the sweep for commit markers the coordinator skipped (Transactions._sweep_skipped)
+    # the sweep for commit markers the coordinator skipped (PartitionWriter.sweep_skipped)
     sweeps: SweepSchedule = field(default_factory=SweepSchedule)
     resume_at: int | None = None  # once lost: the record in hand, fetched again after a retake
     # the ends of claimed calls (dispatch id → records) whose transaction failed: written before
-    # anything else of the partition (Transactions._write_unended); failed rounds since the last
-    # success, and when the loop may try again with no record fetched
-    unended: dict[str, list[_Out]] = field(default_factory=dict)
+    # anything else of the partition (PartitionWriter.write_unended); failed rounds since the
+    # last success, and when the loop may try again with no record fetched
+    unended: dict[str, list[OutRecord]] = field(default_factory=dict)
     unended_failures: int = 0
     unended_retry_at: float = 0.0
     # the handler tasks of claimed calls of this partition that run now, and the ends of
     # claimed calls not written yet: the next transaction of the partition writes them all
     running: set[asyncio.Task[None]] = field(default_factory=set)
-    finished: list[_Finished] = field(default_factory=list)
-    calls: dict[str, _RunningCall] = field(default_factory=dict)  # by dispatch id
-    # paused because an in-order call waits for the one before it (Claims._decide): resumed
+    finished: list[FinishedCall] = field(default_factory=list)
+    calls: dict[str, RunningCall] = field(default_factory=dict)  # by dispatch id
+    # paused because an in-order call waits for the one before it (Claimer.decide): resumed
     # once no in-order call of the partition runs
     ordered_wait: bool = False
 
 
+@dataclass(frozen=True)
+class ClaimedCall:
+    """A call whose claim is committed, waiting for a slot (or starting now)."""
+
+    owned: OwnedPartition
+    offset: int
+    dispatch: Dispatch
+    headers: list[tuple[str, bytes]]
+    registration: Registration
+    requirements: Requirements
+    claim: ExecutionEntry
+
+
 @dataclass
-class _RunningCall:
+class RunningCall:
     """A claimed call whose handler runs: what the stop watch checks, and how it is told."""
 
     dispatch: Dispatch
@@ -148,132 +212,8 @@ class _RunningCall:
 
 
 @dataclass(frozen=True)
-class _Finished:
+class FinishedCall:
     """The end of a claimed call (ledger entry, result, status) waiting for its transaction."""
 
     dispatch_id: str
-    outputs: list[_Out]
-
-
-class ClientState:
-    """The fields of one executor client and the helpers every layer uses."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        handlers: Handlers,
-        *,
-        verifier: CommandVerifier,
-        group: str = DEFAULT_GROUP,
-        executor_id: str | None = None,
-        registry: Registry | None = None,
-        barrier_timeout_seconds: float = 30.0,
-        batch_size: int | None = None,
-        max_in_flight: int | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        if not len(handlers):
-            raise ConfigurationError("invalid_handlers", "no handlers registered")
-        undecided = sorted(
-            {
-                f"{r.namespace}.{r.tool}" if r.namespace is not None else r.tool
-                for r in handlers
-                if r.requires_confirmation is None
-                and (registry is None or registry.resolve(r.tool, r.namespace) is None)
-            }
-        )
-        if undecided:  # fail closed: never guess that a tool needs no confirmation
-            raise ConfigurationError(
-                "confirmation_rule_unknown",
-                "neither the handler nor the tool registry says whether "
-                f"{', '.join(undecided)} needs a confirmation: pass the registry (--tools) "
-                "or register the handler with requires_confirmation",
-            )
-        self.settings = settings
-        self.handlers = handlers
-        self.group = group
-        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.registry = registry
-        self.topics = settings.topics
-        self.stats = ExecutorStats()
-        self.assigned = asyncio.Event()
-        self._verifier = verifier
-        self._barrier_timeout = barrier_timeout_seconds
-        # handlers running at once (None: executor_max_in_flight); records per poll at most
-        # (None: as many as may run at once; never more than the free slots)
-        self._in_flight = InFlight(max_in_flight or settings.executor_max_in_flight)
-        self._batch_size = batch_size or self._in_flight.limit
-        self._clock = clock
-        self._retention = settings.limits.retention_seconds
-        self._barrier = ControlBarrier(settings, self._new_fence)
-        self._consumer: AIOKafkaConsumer | None = None
-        # a consumer never assigned: its client asks the transaction coordinator for a take,
-        # with no long-polled fetch ahead of the request on its connection
-        self._admin: AIOKafkaConsumer | None = None
-        self._owned: dict[int, _Owned] = {}
-        # partition → what its last unfinished fence read (hanging.across_retries)
-        # the owner fence of each partition being taken (processor.kafka.owner_fence), kept
-        # across the tries of one take
-        self._owner_fences: dict[int, OwnerFence] = {}
-        self._retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
-        self._lock = asyncio.Lock()
-        self._stopping = asyncio.Event()
-        self._abandon = False
-        # takes and releases in progress (they wait on the broker): abandon cancels them
-        self._broker_work: set[asyncio.Task[Any]] = set()
-        self._started = False
-        self._next_forget = 0.0
-        # liveness: when the loop last made progress and what it is doing (handlers run
-        # beside the loop, which goes on polling and writing outcomes while they run)
-        self._progress_at = time.monotonic()
-        self._step = "starting"
-
-    def _new_fence(self) -> FenceState:
-        registry = self.registry
-        if registry is None:  # a disabled name it cannot resolve then refuses the tenant's calls
-            known = frozenset(self.handlers.tools())
-            return FenceState(verifier=self._verifier, known_tools=known)
-
-        def canonical(name: str) -> str | None:
-            resolution = registry.resolve(name)
-            return resolution.declaration.name if resolution else None
-
-        def switch_names(name: str, namespace: str | None) -> frozenset[str] | None:
-            resolution = registry.resolve(name, namespace)
-            return registry.switch_names(resolution.declaration) if resolution else None
-
-        return FenceState(
-            verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
-        )
-
-    def _progress(self, step: str) -> None:
-        """The loop made progress; ``step`` names what it does next (for the stall line)."""
-        self._progress_at = time.monotonic()
-        self._step = step
-
-    def seconds_since_progress(self) -> float:
-        """Seconds since the loop last made progress (handlers running do not hold it up)."""
-        return time.monotonic() - self._progress_at
-
-    def _count(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
-        self.stats.count(outcome.value)
-        metrics.EXECUTOR_OUTCOMES.labels(tool, outcome.value, reason or "").inc()
-
-    def _maybe_forget(self) -> None:
-        now = self._clock()
-        if now < self._next_forget:
-            return
-        self._next_forget = now + 60.0
-        self._barrier.forget(now - self._retention)
-
-    @property
-    def barrier(self) -> ControlBarrier:
-        return self._barrier
-
-    @property
-    def in_flight(self) -> InFlight:
-        """The handlers running now, the bound, and the most that ever ran at once."""
-        return self._in_flight
-
-    def owned_partitions(self) -> list[int]:
-        return sorted(p for p, o in self._owned.items() if not o.lost)
+    outputs: list[OutRecord]

@@ -1,21 +1,20 @@
-"""The in-flight bound of one executor: how many handlers run at once, and its back-pressure.
+"""The in-flight bound of one executor: how many handlers run at once, and how many may be claimed.
 
-Owns :class:`InFlight`: the limit (``executor_max_in_flight``), the handler tasks running, the
-signal a finished one gives (an outcome to write, a slot free), the most that ever ran at once,
-and which dispatch partitions it paused on the consumer because no slot was free (resumed once
-one is). The bound is the back-pressure: the consumer pauses, the loop goes on (it writes
-outcomes, polls, and answers rebalances meanwhile).
+Owns :class:`InFlight`: the limit (``executor_max_in_flight``), the claim-ahead
+(``executor_claim_ahead``: claimed calls that may wait for a slot, so that a slot that frees is
+taken at once instead of after a claim transaction), how many claimed calls wait now, the
+handler tasks running, the signal a finished one gives (an outcome to write, a slot free) and
+the most that ever ran at once. The bound is the back-pressure: with nothing claimable the
+records stay in the backlog (:mod:`processor.executor.backlog`), whose full partitions are
+paused on the consumer; the loop goes on (it writes outcomes, polls, and answers rebalances).
 
-Must not decide about a record, nor write anything, nor run a handler itself.
-"""
+Must not decide about a record, nor write anything, nor run a handler itself."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
-
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 __all__ = ["InFlight"]
 
@@ -23,22 +22,30 @@ __all__ = ["InFlight"]
 class InFlight:
     """Handler tasks running now, at most ``limit``."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, ahead: int = 0) -> None:
         if limit < 1:
             raise ValueError("the in-flight limit must be at least 1")
+        if ahead < 0:
+            raise ValueError("the claim-ahead must not be negative")
         self.limit = limit
+        self.ahead = ahead
+        self.waiting = 0  # claimed calls waiting for a slot (the runner's queue)
         self.tasks: set[asyncio.Task[None]] = set()
         self.peak = 0  # the most handlers that ever ran at once (tests, diagnostics)
         self.finished = asyncio.Event()  # a handler ended: an outcome to write, a slot free
-        self._paused: set[TopicPartition] = set()
 
     @property
     def running(self) -> int:
         return len(self.tasks)
 
     def free(self) -> int:
-        """Slots free now: how many calls may be claimed, since a claimed call starts at once."""
+        """Slots free now: how many handlers may start."""
         return max(0, self.limit - len(self.tasks))
+
+    def claimable(self) -> int:
+        """How many more calls may be claimed: the free slots, plus the claim-ahead, less the
+        claimed calls already waiting for a slot."""
+        return max(0, self.limit + self.ahead - len(self.tasks) - self.waiting)
 
     def start(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` (one call's handler and its outcome) in a slot of its own."""
@@ -54,26 +61,3 @@ class InFlight:
     def _ended(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         self.finished.set()
-
-    def hold(self, consumer: AIOKafkaConsumer) -> None:
-        """No slot free: pause every assigned partition not paused already (the back-pressure)."""
-        paused = consumer.paused()
-        for tp in consumer.assignment():
-            if tp not in paused:
-                consumer.pause(tp)
-                self._paused.add(tp)
-
-    def let_go(self, consumer: AIOKafkaConsumer, keep: Callable[[TopicPartition], bool]) -> None:
-        """A slot is free: resume what :meth:`hold` paused, except still-assigned partitions
-        that ``keep`` says stay paused for another reason (a take being retried)."""
-        if not self._paused:
-            return
-        assigned = consumer.assignment()
-        for tp in self._paused:
-            if tp in assigned and not keep(tp):
-                consumer.resume(tp)
-        self._paused.clear()
-
-    @property
-    def holding(self) -> bool:
-        return bool(self._paused)

@@ -1,47 +1,55 @@
-"""Handler running: claimed calls' handlers, side by side, and their outcomes.
+"""The executor's runner: claimed calls' handlers, side by side, and their outcomes.
 
-Owns ``_start``: a claimed call's handler in a slot of its own
+Owns :class:`Runner`: ``start`` runs a claimed call's handler in a slot of its own
 (:class:`~processor.executor.inflight.InFlight`, beside the loop and the other calls), under its
 timeout and a tracing span; the outcome (``succeeded``, ``failed``, ``unknown`` on a timeout or a
-stop while it ran); its result, ledger entry and user status, queued for the partition's next
-transaction (``_Owned.finished``, written by :meth:`Transactions._commit` a few milliseconds
-later, together with the other ends that finished meanwhile); and what a handler's return value
-becomes (``_as_output``).
+stop while it ran); its result, ledger entry and user status
+(:class:`~processor.executor.outputs.OutputRecords`), queued for the partition's next transaction
+(``OwnedPartition.finished``, written by
+:meth:`~processor.executor.transactions.PartitionWriter.commit` a few milliseconds later,
+together with the other ends that finished meanwhile); what a handler's return value becomes
+(``_as_output``); and the stop watch (``tell_stopped``): a running call whose turn was stopped is
+told so (``Call.stop``), then cancelled after a grace.
 Logs and results never hold argument values, and a handler's exception message is never kept
 (it may quote them): its class name only.
 
-Must not claim, fence or consume: it runs a call that :mod:`processor.executor.claims` claimed.
-
-:class:`~processor.executor.client.ExecutorClient` is one class built in layers; why, and
-their order, is in :mod:`processor.executor.executor_state`."""
+Must not claim, fence or consume: it runs a call that :mod:`processor.executor.claims` claimed."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
-from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from processor.core.errors import PROCESS_EXCEPTIONS
-from processor.core.events import Dispatch, UserState
 from processor.executor.barrier import BarrierTimeout
-from processor.executor.executor_state import _Finished, _Owned, _RunningCall
-from processor.executor.fence import RefusalCode, Requirements
-from processor.executor.fencing import Fencing
+from processor.executor.executor_state import (
+    ClaimedCall,
+    FinishedCall,
+    OwnedPartition,
+    RunningCall,
+    Stopping,
+    Tally,
+)
+from processor.executor.fence import Refusal, RefusalCode
+from processor.executor.fencing import CallGate
 from processor.executor.handlers import Call, ExecutionFailed, OutcomeUnknown, Registration
-from processor.executor.records import EntryState, ExecutionEntry, ExecutionOutcome, ExecutionResult
+from processor.executor.inflight import InFlight
+from processor.executor.outputs import OutputRecords
+from processor.executor.records import ExecutionEntry, ExecutionOutcome, ExecutionResult
 from processor.kafka.codec import traceparent_of
 from processor.observability import metrics, tracing
 from processor.observability.logging import fields
+from processor.settings import Settings
 
-__all__ = ["Running"]
+__all__ = ["Runner"]
 
 log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
 
@@ -56,56 +64,187 @@ _STOPS: Final = frozenset(
 )
 _WATCH_TIMEOUT: Final = 2.0  # seconds the stop watch may wait for the barrier, then next time
 
-_UNKNOWN_VIEW: Final = (
-    UserState.FAILED,
-    False,
-    "We could not confirm whether the action completed; please check before trying again.",
-)
 
+class Runner:
+    """Runs claimed calls' handlers side by side and queues their outcomes.
 
-class Running(Fencing):
-    """Runs claimed calls' handlers side by side and queues their outcomes."""
+    ``resume(owned)`` is called once a partition paused for an in-order call may go on (its
+    waiting call is fetched again)."""
 
-    def _start(
+    def __init__(
         self,
-        owned: _Owned,
-        dispatch: Dispatch,
-        headers: list[tuple[str, bytes]],
-        registration: Registration,
-        claim: ExecutionEntry,
         *,
-        requirements: Requirements,
+        settings: Settings,
+        group: str,
+        in_flight: InFlight,
+        outputs: OutputRecords,
+        tally: Tally,
+        gate: CallGate,
+        barrier_timeout_seconds: float,
+        resume: Callable[[OwnedPartition], None],
+        clock: Callable[[], float],
     ) -> None:
-        """Start a claimed call's handler now (its claim is committed; a slot is free)."""
-        running = _RunningCall(
+        self.settings = settings
+        self.topics = settings.topics
+        self.group = group
+        self.in_flight = in_flight
+        self._outputs = outputs
+        self._tally = tally
+        self._gate = gate
+        self._barrier = gate.barrier
+        self._waiting: deque[ClaimedCall] = deque()  # claimed, waiting for a slot
+        self._starting: list[ClaimedCall] = []  # taken from the queue, fenced before they start
+        self._withdrawn: set[str] = set()  # of those, ended by withdraw meanwhile
+        self._starting_lock = asyncio.Lock()
+        self._starter: asyncio.Task[None] | None = None
+        self._closed = False
+        self._watch_timeout = min(barrier_timeout_seconds, _WATCH_TIMEOUT)
+        self._resume = resume
+        self._clock = clock
+
+    @property
+    def waiting(self) -> int:
+        """Claimed calls waiting for a slot."""
+        return len(self._waiting)
+
+    def waiting_in_order(self, owned: OwnedPartition) -> set[tuple[str, str]]:
+        """The turns (tenant, turn id) of the partition's in-order calls claimed and not
+        started yet (waiting, or being fenced to start)."""
+        return {
+            (c.dispatch.tenant, c.dispatch.turn_id)
+            for c in (*self._waiting, *self._starting)
+            if c.owned is owned and c.registration.in_order
+        }
+
+    def enqueue(self, claimed: list[ClaimedCall]) -> None:
+        """Calls whose claims are committed, to start in claim order as slots free."""
+        self._waiting.extend(claimed)
+        self._count_waiting()
+
+    def _count_waiting(self) -> None:
+        self.in_flight.waiting = len(self._waiting) + len(self._starting)
+
+    def kick(self) -> None:
+        """A slot freed: start waiting calls in the background (no fetch, claim or lock in the
+        way: the slot is taken within one barrier read)."""
+        if not self._waiting or not self.in_flight.free() or self._closed:
+            return
+        if self._starter is None or self._starter.done():
+            self._starter = asyncio.create_task(self.start_waiting())
+
+    async def close(self) -> None:
+        """No call starts any more (the executor stops, after its partitions were released)."""
+        self._closed = True
+        starter, self._starter = self._starter, None
+        if starter is not None:
+            starter.cancel()
+            await asyncio.wait({starter})
+
+    async def start_waiting(self) -> None:
+        """Start as many waiting calls as there are free slots, in claim order. The fence is
+        read again right before (one barrier read per control partition for all of them): a
+        cancellation that raced the claims, or came while they waited, is still seen, and the
+        call ends as a refusal of its claim. Calls of a partition lost to a fence meanwhile
+        are dropped (the next take reports them ``unknown`` from their claims); calls of a
+        partition released meanwhile were ended by :meth:`withdraw`."""
+        async with self._starting_lock:
+            while self._waiting and self.in_flight.free() > len(self._starting):
+                while self._waiting and len(self._starting) < self.in_flight.free():
+                    claimed = self._waiting.popleft()
+                    if not claimed.owned.lost:
+                        self._starting.append(claimed)
+                self._count_waiting()
+                batch = self._starting
+                if not batch:
+                    return
+                try:
+                    checks = [(c.dispatch, c.requirements) for c in batch]
+                    refusals = await self._gate.check(checks)
+                except Stopping:
+                    refusals, stopped = [None] * len(batch), True
+                else:
+                    stopped = False
+                finally:
+                    self._starting = []
+                    self._count_waiting()
+                for claimed, refusal in zip(batch, refusals, strict=True):
+                    if claimed.owned.lost or claimed.dispatch.dispatch_id in self._withdrawn:
+                        self._withdrawn.discard(claimed.dispatch.dispatch_id)
+                        continue
+                    if stopped or refusal is not None:
+                        code = refusal.code.value if refusal is not None else "executor_stopped"
+                        self._end_unstarted(claimed, code, refusal)
+                        continue
+                    self._start(claimed)
+                self.in_flight.finished.set()  # refusals after claims are written promptly too
+                if stopped:
+                    return
+
+    def withdraw(self, partitions: set[int]) -> None:
+        """The claimed calls of these partitions (released, or the executor stopping) that
+        have not started never start: each ends as a refusal of its claim
+        (``executor_stopped``), written with the release."""
+        kept: deque[ClaimedCall] = deque()
+        for claimed in self._waiting:
+            if claimed.owned.partition not in partitions:
+                kept.append(claimed)
+            elif not claimed.owned.lost:
+                self._end_unstarted(claimed, "executor_stopped", None)
+        self._waiting = kept
+        for claimed in self._starting:  # being fenced now: not started once that returns
+            if claimed.owned.partition in partitions and not claimed.owned.lost:
+                self._withdrawn.add(claimed.dispatch.dispatch_id)
+                self._end_unstarted(claimed, "executor_stopped", None)
+        self._count_waiting()
+
+    def _end_unstarted(self, claimed: ClaimedCall, code: str, refusal: Refusal | None) -> None:
+        owned = claimed.owned
+        refused = self._outputs.refusal(
+            claimed.dispatch,
+            claimed.headers,
+            code,
+            where=(owned.partition, claimed.offset),
+            refusal=refusal,
+            claim=claimed.claim,
+        )
+        # the claim's transaction took the offset: written as the end of a claimed call
+        owned.finished.append(FinishedCall(claimed.dispatch.dispatch_id, refused.outputs))
+        owned.entries[claimed.dispatch.dispatch_id] = refused.entry
+        self._tally.refusal(claimed.dispatch, code, refused.blocked_by)
+
+    def _start(self, claimed: ClaimedCall) -> None:
+        """Start a claimed call's handler now (a slot is free)."""
+        owned, dispatch, headers = claimed.owned, claimed.dispatch, claimed.headers
+        registration, claim, requirements = (
+            claimed.registration,
+            claimed.claim,
+            claimed.requirements,
+        )
+        running = RunningCall(
             dispatch,
             requirements,
             Call.from_dispatch(dispatch, dict(headers)),
             in_order=registration.in_order,
         )
         owned.calls[dispatch.dispatch_id] = running
-        task = self._in_flight.start(self._execute(owned, running, headers, registration, claim))
+        task = self.in_flight.start(self._execute(owned, running, headers, registration, claim))
         running.task = task
         owned.running.add(task)
         task.add_done_callback(owned.running.discard)
+        task.add_done_callback(lambda _task: self.kick())
         if registration.in_order:
-            task.add_done_callback(lambda _task: self._resume_ordered(owned))
+            task.add_done_callback(lambda _task: self.resume_ordered(owned))
 
-    def _resume_ordered(self, owned: _Owned) -> None:
-        """Resume a partition paused for an in-order call (``Claims._decide``) once none of its
+    def resume_ordered(self, owned: OwnedPartition) -> None:
+        """Resume a partition paused for an in-order call (``Claimer.decide``) once none of its
         in-order calls runs: the waiting call is fetched again and may start."""
         if not owned.ordered_wait or any(rc.in_order for rc in owned.calls.values()):
             return
         owned.ordered_wait = False
-        consumer = self._consumer
-        if consumer is None or owned.lost:
-            return
-        tp = TopicPartition(self.topics.dispatch, owned.partition)
-        with contextlib.suppress(Exception):
-            if tp in consumer.assignment():
-                consumer.resume(tp)
+        if not owned.lost:
+            self._resume(owned)
 
-    async def _tell_stopped(self) -> None:
+    async def tell_stopped(self, owned_partitions: list[OwnedPartition]) -> None:
         """The stop watch: the control partitions of the running calls read up to their end
         (one ListOffsets), and each call whose turn was stopped since it started (a
         ``turn.cancelled``, a quarantine, a tool disable, a tenant stop) is told so
@@ -113,7 +252,7 @@ class Running(Fencing):
         A barrier that cannot be read now is read again at the next watch."""
         running = [
             rc
-            for owned in list(self._owned.values())
+            for owned in owned_partitions
             if not owned.lost
             for rc in owned.calls.values()
             if rc.stopped_by is None
@@ -126,7 +265,7 @@ class Running(Fencing):
         ]
         try:
             states = await self._barrier.sync_many(
-                list(dict.fromkeys(partitions)), min(self._barrier_timeout, _WATCH_TIMEOUT)
+                list(dict.fromkeys(partitions)), self._watch_timeout
             )
         except (BarrierTimeout, KafkaError):
             return
@@ -152,8 +291,8 @@ class Running(Fencing):
 
     async def _execute(
         self,
-        owned: _Owned,
-        running: _RunningCall,
+        owned: OwnedPartition,
+        running: RunningCall,
         headers: list[tuple[str, bytes]],
         registration: Registration,
         claim: ExecutionEntry,
@@ -182,8 +321,8 @@ class Running(Fencing):
 
     async def _run(
         self,
-        owned: _Owned,
-        running: _RunningCall,
+        owned: OwnedPartition,
+        running: RunningCall,
         headers: list[tuple[str, bytes]],
         registration: Registration,
         claim: ExecutionEntry,
@@ -235,7 +374,7 @@ class Running(Fencing):
         result = ExecutionResult.for_dispatch(
             dispatch,
             group=self.group,
-            executor_id=self.executor_id,
+            executor_id=self._outputs.executor_id,
             outcome=outcome,
             ts=now,
             reason=reason,
@@ -249,29 +388,9 @@ class Running(Fencing):
                 else None
             ),
         )
-        entry = claim.moved_to(EntryState(outcome.value), self.executor_id, now)
-        outputs = [self._entry_out(entry), self._result_out(result, headers)]
-        if outcome is ExecutionOutcome.FAILED:
-            message = (
-                "The action failed; asking again may work."
-                if retry
-                else "The action could not be completed."
-            )
-            outputs.append(
-                self._status_out(
-                    dispatch.key,
-                    dispatch.tool,
-                    (UserState.FAILED, retry, message),
-                    reason or "failed",
-                    headers,
-                )
-            )
-        elif outcome is ExecutionOutcome.UNKNOWN:
-            outputs.append(
-                self._status_out(dispatch.key, dispatch.tool, _UNKNOWN_VIEW, "unknown", headers)
-            )
+        entry, outputs = self._outputs.ended(dispatch, claim, result, headers)
         owned.entries[dispatch.dispatch_id] = entry
-        self._count(dispatch.tool, outcome, reason)
+        self._tally.outcome(dispatch.tool, outcome, reason)
         log.info(
             "call executed",
             extra=fields(
@@ -282,7 +401,7 @@ class Running(Fencing):
             ),
         )
         # written with the partition's next transaction (a few ms); a handler task never writes
-        owned.finished.append(_Finished(dispatch.dispatch_id, outputs))
+        owned.finished.append(FinishedCall(dispatch.dispatch_id, outputs))
 
 
 def _cancel(task: asyncio.Task[None]) -> None:

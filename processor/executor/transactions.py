@@ -1,46 +1,45 @@
-"""Transactions: what the executor writes, and writing it atomically with the offset.
+"""The executor's writer: a dispatch partition's outputs and offset in one transaction.
 
-Owns the transactional producer of an owned dispatch partition (``_new_producer``: fence the
-previous owner, end its hanging transactions), the output records (ledger entry, result, user
-status) and ``_transact``: the outputs and the offset past the record in ONE transaction, retried
-with a new producer on transient errors, :class:`_Fenced` when another executor owns the
-partition. ``_commit`` writes the ends of claimed calls that finished (``_Owned.finished``)
-with whatever else the partition's next transaction holds (claims, refusals, the offset), keeping
-them to be written before anything else of the partition when they cannot be written yet
-(``_write_unended``).
+Owns :class:`PartitionWriter`: the transactional producer of an owned dispatch partition
+(``new_producer``: the one owner fence, :class:`~processor.kafka.owner_fence.OwnerFence`, with
+the previous owner's transaction ended), and ``transact``: the outputs and the offset past the
+records in ONE transaction, retried with a new producer on transient errors, :class:`Fenced`
+when another executor owns the partition. ``commit`` writes the ends of claimed calls that
+finished (``OwnedPartition.finished``) with whatever else the partition's next transaction holds
+(claims, refusals, the offset), keeping them to be written before anything else of the partition
+when they cannot be written yet (``write_unended``).
 
-Must not decide what to write, nor consume, nor run handlers.
-
-:class:`~processor.executor.client.ExecutorClient` is one class built in layers; why, and
-their order, is in :mod:`processor.executor.executor_state`."""
+Must not decide what to write, nor consume, nor run handlers. Every method takes the
+:class:`~processor.executor.executor_state.OwnedPartition` it writes for."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata
 
-from processor.core.events import CallKey, Status, UserState, encode, stable_id
+from processor.core.errors import ExecutionError, KafkaStepError
 from processor.executor.executor_state import (
-    ClientState,
-    _EndsUnrecorded,
-    _Fenced,
-    _Out,
-    _Owned,
-    _TransactionFailed,
+    EndsUnrecorded,
+    Fenced,
+    OutRecord,
+    OwnedPartition,
+    TransactionFailed,
 )
-from processor.executor.records import ExecutionEntry, ExecutionResult, entry_key
+from processor.executor.records import ExecutionEntry
 from processor.kafka import hanging
 from processor.kafka.clients import discard_producer, settle_unawaited
 from processor.kafka.owner_fence import OwnerFence
 from processor.observability.logging import fields
+from processor.settings import Settings
 
-__all__ = ["Transactions"]
+__all__ = ["PartitionWriter"]
 
 log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
 
@@ -51,10 +50,34 @@ _COORDINATOR_ABORT_S: Final = 15.0
 _UNENDED_RETRY_SECONDS: Final = 2.0  # a claimed call's end unwritten, no record: tried this often
 
 
-class Transactions(ClientState):
-    """Writes outputs and offsets in one transaction of a partition's producer."""
+class PartitionWriter:
+    """Writes outputs and offsets in one transaction of a partition's producer.
 
-    async def _new_producer(self, partition: int, *, in_doubt: bool = False) -> AIOKafkaProducer:
+    ``admin`` gives the client the transaction coordinator is asked on (one of its own: on the
+    group consumer's, a request waits behind the pending long-polled fetch); ``restore`` reads a
+    ledger partition to its end (:func:`~processor.executor.ledger.restore_ledger_partition`),
+    to tell, after a retry had to fence the transactional id again, whether another member
+    owned the partition meanwhile; ``executor_id`` is this member's."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        group: str,
+        admin: Callable[[], AIOKafkaConsumer | None],
+        *,
+        executor_id: str,
+        restore: Callable[[int], Awaitable[dict[str, ExecutionEntry]]],
+    ) -> None:
+        self.settings = settings
+        self.group = group
+        self.topics = settings.topics
+        self.executor_id = executor_id
+        self._admin = admin
+        self._restore = restore
+        # the owner fence of each partition being taken, kept across the tries of one take
+        self._owner_fences: dict[int, OwnerFence] = {}
+
+    async def new_producer(self, partition: int, *, in_doubt: bool = False) -> AIOKafkaProducer:
         """A producer that took the partition's transactional id through the one owner fence
         the workers use too (:class:`~processor.kafka.owner_fence.OwnerFence`). ``in_doubt``:
         the last transaction may still commit (it failed after its commit was sent, or a take
@@ -66,7 +89,7 @@ class Transactions(ClientState):
         if fence is None:
             fence = self._owner_fences[partition] = OwnerFence(transactional_id, "executor")
         fence.in_doubt = fence.in_doubt or in_doubt
-        admin = self._admin if self._admin is not None else self._consumer
+        admin = self._admin()
         if admin is None:
             raise KafkaTimeoutError(f"no client to fence {transactional_id} with")
         topics = (self.topics.executions, self.topics.results, self.topics.status)
@@ -91,44 +114,17 @@ class Transactions(ClientState):
         self._owner_fences.pop(partition, None)  # taken: the next take starts afresh
         return producer
 
-    def _entry_out(self, entry: ExecutionEntry) -> _Out:
-        key = entry_key(entry.group, entry.dispatch_id)
-        return (self.topics.executions, key, encode(entry), entry.dispatch_partition, [])
-
-    def _result_out(self, result: ExecutionResult, headers: list[tuple[str, bytes]]) -> _Out:
-        return (self.topics.results, _turn_key(result.key), encode(result), None, headers)
-
-    def _status_out(
-        self,
-        key: CallKey,
-        tool: str,
-        view: tuple[UserState, bool, str],
-        why: str,
-        headers: list[tuple[str, bytes]],
-    ) -> _Out:
-        state, retry, message = view
-        status = Status(
-            **key.model_dump(),
-            status_id=stable_id("status", key.encoded(), "executor", self.group, why),
-            tool=tool,
-            state=state,
-            retry_possible=retry,
-            message=message,
-            ts=self._clock(),
-        )
-        return (self.topics.status, _turn_key(key), encode(status), None, headers)
-
-    async def _flush_offsets(self, owned: _Owned) -> None:
+    async def flush_offsets(self, owned: OwnedPartition) -> None:
         """The partition's kept ends, finished ends and pending offset; then its sweep."""
         if owned.lost:
             return
         if owned.unended:
-            await self._write_unended(owned)
+            await self.write_unended(owned)
         if owned.finished or owned.pending_offset is not None:
-            await self._commit(owned, [], None)
-        await self._sweep_skipped(owned)
+            await self.commit(owned, [], None)
+        await self.sweep_skipped(owned)
 
-    async def _sweep_skipped(self, owned: _Owned) -> None:
+    async def sweep_skipped(self, owned: OwnedPartition) -> None:
         """Between transactions: COMMIT what the coordinator committed for this partition's
         producer without a marker on an output partition
         (:func:`processor.kafka.hanging.end_skipped_commits`), when ``owned.sweeps`` says it
@@ -145,7 +141,9 @@ class Transactions(ClientState):
             partition=owned.partition,
         )
 
-    async def _transact(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
+    async def transact(
+        self, owned: OwnedPartition, outputs: list[OutRecord], next_offset: int | None
+    ) -> None:
         """Write ``outputs`` and commit the offset ``next_offset`` (or a pending one) in ONE
         transaction of the partition's producer.
 
@@ -158,20 +156,32 @@ class Transactions(ClientState):
         Transient errors and timeouts: a new producer with the same transactional id (its
         InitProducerId completes or aborts the failed transaction, so a retry never doubles an
         effect that matters: entries are keyed, results carry a stable ``result_id``), up to
-        ``_TXN_ATTEMPTS``; then :class:`_TransactionFailed`. Fencing: :class:`_Fenced`.
+        ``_TXN_ATTEMPTS``; then :class:`TransactionFailed`. Fencing: :class:`Fenced`.
+
+        A new producer fences whoever holds the transactional id now, and that may be the
+        partition's rightful owner: this member may have been stopped (SIGSTOP, a long GC, a
+        frozen VM) past its session, the group may have given the partition to another member,
+        which took it and wrote to the ledger, while this one still believes it owns it (its
+        consumer learns of the rebalance only at its next poll). Writing its stale ends and
+        claims then would report a call twice and run one twice (chaos seeds 22 and 23). So
+        once a retry has its new producer, the ledger partition is read again
+        (:meth:`_still_ours`): an entry of another member that this one does not hold as it
+        is means the partition was owned by another meanwhile, and this member gives it up
+        (:class:`Fenced`: nothing of it is written; the next owner reports its claims
+        ``unknown``, never run again).
         """
         offset = next_offset if next_offset is not None else owned.pending_offset
         for attempt in range(1, _TXN_ATTEMPTS + 1):
             if owned.lost:
-                raise _Fenced
+                raise Fenced
             if owned.discarded:  # the last attempt failed and no new producer could be made
                 try:
-                    owned.producer = await self._new_producer(
+                    owned.producer = await self.new_producer(
                         owned.partition, in_doubt=owned.in_doubt
                     )
                 except ProducerFenced:
                     owned.lost = True
-                    raise _Fenced from None
+                    raise Fenced from None
                 except (KafkaError, hanging.TransactionHeld, hanging.HangingError) as exc:
                     log.warning(
                         "executor transaction: no new producer yet; retrying",
@@ -182,15 +192,19 @@ class Transactions(ClientState):
                     await asyncio.sleep(min(2.0, 0.2 * attempt))
                     continue
                 owned.discarded = owned.in_doubt = False
+                if not await self._still_ours(owned):
+                    owned.lost = True
+                    await discard_producer(owned.producer)
+                    raise Fenced
             producer = owned.producer
             try:
                 async with asyncio.timeout(self.settings.commit_timeout_seconds):
-                    await self._one_transaction(owned, producer, outputs, offset)
+                    await self.one_transaction(owned, producer, outputs, offset)
             except (ProducerFenced, AssertionError):
                 # aiokafka reports a fenced producer's later calls as a bare AssertionError
                 owned.lost = True
                 await discard_producer(producer)
-                raise _Fenced from None
+                raise Fenced from None
             except (KafkaError, TimeoutError) as exc:
                 log.warning(
                     "executor transaction failed; retrying with a new producer",
@@ -206,11 +220,48 @@ class Transactions(ClientState):
             if offset is not None and offset >= (owned.pending_offset or 0):
                 owned.pending_offset = None
             return
-        raise _TransactionFailed
+        raise TransactionFailed
 
-    async def _one_transaction(
-        self, owned: _Owned, producer: AIOKafkaProducer, outputs: list[_Out], offset: int | None
+    async def _still_ours(self, owned: OwnedPartition) -> bool:
+        """Whether no other member wrote to the partition's ledger since this one's view of it
+        (``owned.entries``): every entry of another member is one this member holds, in the
+        same state. A ledger that cannot be read now counts as written by another (fail
+        closed: the partition is given up and taken again from the ledger)."""
+        try:
+            async with asyncio.timeout(self.settings.commit_timeout_seconds):
+                ledger = await self._restore(owned.partition)
+        except (KafkaError, TimeoutError, ExecutionError, KafkaStepError) as exc:
+            log.warning(
+                "executor transaction: the ledger could not be read after a new producer; "
+                "the partition is given up and taken again",
+                extra=fields(partition=owned.partition, error=type(exc).__name__),
+            )
+            return False
+        for dispatch_id, entry in ledger.items():
+            if entry.executor_id == self.executor_id:
+                continue  # this member's own, written or in doubt
+            held = owned.entries.get(dispatch_id)
+            if held is None or (held.executor_id, held.state) != (entry.executor_id, entry.state):
+                log.warning(
+                    "another member owned this dispatch partition meanwhile; giving it up",
+                    extra=fields(
+                        partition=owned.partition,
+                        dispatch_id=dispatch_id,
+                        by=entry.executor_id,
+                        state=entry.state.value,
+                    ),
+                )
+                return False
+        return True
+
+    async def one_transaction(
+        self,
+        owned: OwnedPartition,
+        producer: AIOKafkaProducer,
+        outputs: list[OutRecord],
+        offset: int | None,
     ) -> None:
+        """One attempt: begin, send ``outputs``, the offset, commit (``transact`` retries it)."""
         await producer.begin_transaction()
         futures = [
             await producer.send(topic, value=value, key=key, partition=partition, headers=headers)
@@ -230,13 +281,15 @@ class Transactions(ClientState):
         await producer.commit_transaction()
         owned.in_doubt = False
 
-    async def _commit(self, owned: _Owned, outputs: list[_Out], next_offset: int | None) -> None:
+    async def commit(
+        self, owned: OwnedPartition, outputs: list[OutRecord], next_offset: int | None
+    ) -> None:
         """One transaction of the partition: the ends of its claimed calls that finished since
         the last one (``owned.finished``; a call's claim had a transaction of its own), then
         ``outputs`` (claims, refusals), and the offset (:meth:`_transact`).
 
         If it fails, those ends are kept and written before anything else of the partition
-        (:meth:`_write_unended`): the next record waits for them, and the loop tries again
+        (:meth:`write_unended`): the next record waits for them, and the loop tries again
         meanwhile; the claims stay in the ledger until then, so an owner after this one
         reports the calls ``unknown`` from them (never run again). Without this, a member that
         kept the partition (no rebalance after a whole-cluster restart) left a claim open and
@@ -245,8 +298,8 @@ class Transactions(ClientState):
         finished, owned.finished = owned.finished, []
         written = [out for end in finished for out in end.outputs]
         try:
-            await self._transact(owned, written + outputs, next_offset)
-        except _TransactionFailed:
+            await self.transact(owned, written + outputs, next_offset)
+        except TransactionFailed:
             for end in finished:
                 owned.unended[end.dispatch_id] = end.outputs
             if finished:
@@ -260,40 +313,42 @@ class Transactions(ClientState):
                 )
             raise
 
-    def _flush_due(self, fetched: set[int]) -> list[_Owned]:
+    def flush_due(
+        self, owned_partitions: list[OwnedPartition], fetched: set[int]
+    ) -> list[OwnedPartition]:
         """Partitions with no record fetched that are due a flush: their kept ends of claimed
         calls another try (a fetch writes them before its first record; the last try was
-        ``_UNENDED_RETRY_SECONDS`` ago or more), or their sweep (:meth:`_sweep_skipped`)."""
+        ``_UNENDED_RETRY_SECONDS`` ago or more), or their sweep (:meth:`sweep_skipped`)."""
         now = time.monotonic()
         due = [
             owned
-            for owned in self._owned.values()
+            for owned in owned_partitions
             if owned.unended and not owned.lost and owned.partition not in fetched
             if now >= owned.unended_retry_at
         ]
         for owned in due:
             owned.unended_retry_at = now + _UNENDED_RETRY_SECONDS
-        # and, with no record fetched either, those whose sweep is due (_sweep_skipped)
+        # and, with no record fetched either, those whose sweep is due (sweep_skipped)
         return due + [
             owned
-            for owned in self._owned.values()
+            for owned in owned_partitions
             if owned.partition not in fetched and not owned.unended
             if not (owned.lost or owned.discarded) and owned.sweeps.due(now)
         ]
 
-    async def _write_unended(self, owned: _Owned) -> None:
+    async def write_unended(self, owned: OwnedPartition) -> None:
         """Write the kept ends of claimed calls, oldest first. Raises as :meth:`_transact`; a
         round that fails for the ``_UNENDED_ROUNDS``-th time in a row raises
-        :class:`_EndsUnrecorded` instead (a fence's handling: the partition is taken again, and
+        :class:`EndsUnrecorded` instead (a fence's handling: the partition is taken again, and
         the take reports those calls ``unknown`` from their claims), so that an end that can
         never be written holds its partition for a bounded time only."""
         for dispatch_id, outputs in list(owned.unended.items()):
             try:
-                await self._transact(owned, outputs, None)
-            except _TransactionFailed:
+                await self.transact(owned, outputs, None)
+            except TransactionFailed:
                 owned.unended_failures += 1
                 if owned.unended_failures >= _UNENDED_ROUNDS:
-                    raise _EndsUnrecorded from None
+                    raise EndsUnrecorded from None
                 raise
             del owned.unended[dispatch_id]
             owned.unended_failures = 0
@@ -301,7 +356,3 @@ class Transactions(ClientState):
                 "end of a claimed call recorded",
                 extra=fields(partition=owned.partition, dispatch_id=dispatch_id),
             )
-
-
-def _turn_key(key: CallKey) -> bytes:
-    return key.turn_key.encode()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from processor.executor import client as executor_client
+from processor.executor import ownership as executor_ownership
 from tests.integration.conftest import Runtime
 from tests.integration.executor_harness import Executor, Recorder, group_of
 
@@ -37,7 +37,7 @@ async def test_abandon_cuts_a_take_in_progress_short(
         await never.wait()
         raise AssertionError("unreachable")
 
-    monkeypatch.setattr(executor_client, "restore_ledger_partition", held_restore)
+    monkeypatch.setattr(executor_ownership, "restore_ledger_partition", held_restore)
     executor = Executor(runtime.settings, Recorder().handlers, group=group_of(runtime))
     client = executor.client
     await client.start()
@@ -64,14 +64,14 @@ async def test_a_graceful_stop_still_waits_for_the_take(
     """Without ``abandon`` nothing is cut short: the take completes, then is released."""
     entered = asyncio.Event()
     release = asyncio.Event()
-    real = executor_client.restore_ledger_partition
+    real = executor_ownership.restore_ledger_partition
 
     async def slow_restore(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         await release.wait()
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(executor_client, "restore_ledger_partition", slow_restore)
+    monkeypatch.setattr(executor_ownership, "restore_ledger_partition", slow_restore)
     executor = Executor(runtime.settings, Recorder().handlers, group=group_of(runtime))
     client = executor.client
     await client.start()

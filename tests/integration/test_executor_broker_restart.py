@@ -152,19 +152,24 @@ async def test_a_fence_without_a_rebalance_is_taken_back(runtime: Runtime) -> No
 
 class _OutcomesFail(ExecutorClient):
     """Transactions that write a ``succeeded`` result fail while ``failing`` is set (what a
-    broker outage does to them; the broker itself stays up for the rest)."""
+    broker outage does to them; the broker itself stays up for the rest): the writer's one
+    attempt, wrapped."""
 
     failing = True
 
-    async def _one_transaction(
-        self, owned: Any, producer: Any, outputs: list[Any], offset: int | None
-    ) -> None:
-        if self.failing and any(
-            topic == self.topics.results and b'"outcome":"succeeded"' in value
-            for topic, _key, value, _partition, _headers in outputs
-        ):
-            raise KafkaTimeoutError("injected: the cluster is gone")
-        await super()._one_transaction(owned, producer, outputs, offset)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        attempt = self.writer.one_transaction
+
+        async def failing(owned: Any, producer: Any, outputs: list[Any], offset: int | None) -> None:
+            if self.failing and any(
+                topic == self.topics.results and b'"outcome":"succeeded"' in value
+                for topic, _key, value, _partition, _headers in outputs
+            ):
+                raise KafkaTimeoutError("injected: the cluster is gone")
+            await attempt(owned, producer, outputs, offset)
+
+        self.writer.one_transaction = failing  # type: ignore[method-assign]
 
 
 async def _outcomes(runtime: Runtime) -> dict[str, list[tuple[str, str | None]]]:
@@ -224,10 +229,15 @@ async def test_an_end_that_can_never_be_written_gives_the_partition_up_and_is_un
 
 class _HangingFence(ExecutorClient):
     """A fence read (a control partition's barrier) that never comes back (a wait on the
-    broker without a bound)."""
+    broker without a bound): the gate's sync, replaced."""
 
-    async def _synced(self, partitions: list[int]) -> Any:
-        await asyncio.Event().wait()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+        async def hang(partitions: list[int]) -> Any:
+            await asyncio.Event().wait()
+
+        self.gate.synced = hang  # type: ignore[method-assign]
 
 
 async def test_a_stalled_loop_exits_loudly_instead_of_staying_silent(

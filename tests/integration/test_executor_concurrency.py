@@ -116,16 +116,19 @@ async def test_the_in_flight_bound_is_never_exceeded_and_pauses_the_consumer(
     rt = runtime
     overlap = Overlap(rt.partitions, 0.3)
     ids = await _send(rt, [f"b{i}" for i in range(15)])
-    executor = Executor(rt.settings, overlap.handlers, group=group_of(rt), max_in_flight=3)
+    # a poll brings one record: with the 3 slots and the claim-ahead taken, the backlog fills
+    # to its high mark (4 polls' worth) and the partition is paused
+    executor = Executor(
+        rt.settings, overlap.handlers, group=group_of(rt), max_in_flight=3, batch_size=1
+    )
     paused_while_full: list[bool] = []
     async with running(executor) as ex:
         client = ex.client
 
         async def done() -> bool:
-            consumer = client._consumer
-            if client.in_flight.running == 3 and consumer is not None:
+            if client.in_flight.running == 3:
                 # the back-pressure: the consumer is paused, the loop goes on
-                paused_while_full.append(bool(consumer.paused()))
+                paused_while_full.append(bool(client.paused_partitions()))
                 assert client.seconds_since_progress() < 5
             return len(await results(rt.settings)) >= 15
 
@@ -168,9 +171,11 @@ async def test_a_hung_handler_holds_up_no_other_call(runtime: Runtime) -> None:
 async def test_a_batch_killed_mid_handlers_reports_exactly_the_started_calls_unknown(
     runtime: Runtime, tmp_path: Path
 ) -> None:
-    """A subprocess executor with 4 slots claims a batch of the 10 waiting calls and starts
-    them; SIGKILL while all 4 handlers run. The next owner reports exactly those 4
-    ``unknown`` (never run again) and runs the 6 it never claimed, once each."""
+    """A subprocess executor with 4 slots and a claim-ahead of 1 (``--claim-ahead``) claims a
+    batch of the 10 waiting calls and starts 4; the fifth waits for a slot. SIGKILL while all 4
+    handlers run. The next owner reports exactly those 5 claims ``unknown`` (never run again:
+    the one that waited may not have run, but no owner can know) and runs the 5 it never
+    claimed, once each."""
     rt = runtime
     group = group_of(rt)
     dispatches = [make_dispatch("acme", "k", f"call_{i}", tool="book_slot") for i in range(10)]
@@ -180,6 +185,7 @@ async def test_a_batch_killed_mid_handlers_reports_exactly_the_started_calls_unk
     env.update(rt.env_settings)
     log_path = tmp_path / "executor.log"
     started: set[str] = set()
+    claims: set[str] = set()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [
@@ -193,6 +199,8 @@ async def test_a_batch_killed_mid_handlers_reports_exactly_the_started_calls_unk
                 group,
                 "--max-in-flight",
                 "4",
+                "--claim-ahead",
+                "1",
                 "--allow-unsigned-operators",
             ],
             cwd=REPO_ROOT,
@@ -210,12 +218,13 @@ async def test_a_batch_killed_mid_handlers_reports_exactly_the_started_calls_unk
                 started.update(
                     line.split()[1] for line in text.splitlines() if "HANDLER-STARTED" in line
                 )
-                claims = {e.dispatch_id for e in await ledger(rt) if e.state == "claimed"}
-                return len(started) == 4 and claims == started
+                claims.clear()
+                claims.update(e.dispatch_id for e in await ledger(rt) if e.state == "claimed")
+                return len(started) == 4 and len(claims) == 5 and started < claims
 
-            await wait_until(claimed, timeout=120, what="4 claims committed, 4 handlers running")
+            await wait_until(claimed, timeout=120, what="5 claims committed, 4 handlers running")
             await asyncio.sleep(1.0)  # nothing more is claimed while the 4 slots are taken
-            assert {e.dispatch_id for e in await ledger(rt)} == started
+            assert {e.dispatch_id for e in await ledger(rt)} == claims
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
@@ -225,8 +234,8 @@ async def test_a_batch_killed_mid_handlers_reports_exactly_the_started_calls_unk
         got = await wait_results(rt.settings, 10, timeout=90)
     by_id = {r.dispatch_id: (r.outcome.value, r.reason) for r in got}
     assert len(got) == 10  # each reported once
-    assert {i for i, o in by_id.items() if o == ("unknown", "executor_interrupted")} == started
-    rest = {d.dispatch_id for d in dispatches} - started
+    assert {i for i, o in by_id.items() if o == ("unknown", "executor_interrupted")} == claims
+    rest = {d.dispatch_id for d in dispatches} - claims
     assert {i for i, o in by_id.items() if o == ("succeeded", None)} == rest
     assert sorted(recorder.dispatch_ids) == sorted(rest)  # never re-run, the others once
 

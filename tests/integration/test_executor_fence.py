@@ -120,16 +120,23 @@ async def test_control_written_before_execution_refuses_the_call(runtime: Runtim
 
 class _CancelAfterClaim(ExecutorClient):
     """Writes a cancellation of the call's turn right after the claim commits: the race the
-    second fence check (just before the handler) exists for."""
+    second fence check (just before the handler) exists for (the writer's ``transact``,
+    wrapped)."""
 
     runtime: Runtime
 
-    async def _transact(self, owned: Any, outputs: list[Any], next_offset: int | None) -> None:
-        await super()._transact(owned, outputs, next_offset)
-        for _topic, _key, value, _p, _h in outputs:
-            entry = orjson.loads(value)
-            if entry.get("state") == "claimed" and entry["turn_id"].startswith("race"):
-                await self.runtime.control(turn_cancelled(entry["tenant"], entry["turn_id"]))
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        transact = self.writer.transact
+
+        async def then_cancel(owned: Any, outputs: list[Any], next_offset: int | None) -> None:
+            await transact(owned, outputs, next_offset)
+            for _topic, _key, value, _p, _h in outputs:
+                entry = orjson.loads(value)
+                if entry.get("state") == "claimed" and entry["turn_id"].startswith("race"):
+                    await self.runtime.control(turn_cancelled(entry["tenant"], entry["turn_id"]))
+
+        self.writer.transact = then_cancel  # type: ignore[method-assign]
 
 
 @pytest.mark.partitions(2)

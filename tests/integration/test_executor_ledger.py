@@ -201,10 +201,10 @@ async def test_a_failed_take_is_retried_and_nothing_is_lost(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fault injection: the first ledger restore of the partition times out on assignment."""
-    import processor.executor.client as client_module
+    import processor.executor.ownership as ownership_module
 
     rt = runtime
-    real = client_module.restore_ledger_partition
+    real = ownership_module.restore_ledger_partition
     failures: Counter[int] = Counter()
 
     async def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -214,7 +214,7 @@ async def test_a_failed_take_is_retried_and_nothing_is_lost(
             raise TimeoutError("injected: the ledger restore timed out")
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(client_module, "restore_ledger_partition", flaky)
+    monkeypatch.setattr(ownership_module, "restore_ledger_partition", flaky)
     recorder = Recorder()
     dispatch = make_dispatch("acme", "t-retake", "call_0")
     await rt.control(turn_started("acme", "t-retake"))

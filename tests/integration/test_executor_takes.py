@@ -33,19 +33,26 @@ pytestmark = pytest.mark.integration
 
 
 class _CountingTakes(ExecutorClient):
-    """Records how many takes ran at once."""
+    """Records how many takes ran at once (its partition table's ``take``, wrapped)."""
 
     taking = 0
     most = 0
 
-    async def _take(self, partition: int) -> Any:
-        type(self).taking += 1
-        type(self).most = max(type(self).most, type(self).taking)
-        try:
-            await asyncio.sleep(0.05)  # a take's broker round trips, at least
-            return await super()._take(partition)
-        finally:
-            type(self).taking -= 1
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        take = self.ownership.take
+        counts = type(self)
+
+        async def counted(partition: int) -> Any:
+            counts.taking += 1
+            counts.most = max(counts.most, counts.taking)
+            try:
+                await asyncio.sleep(0.05)  # a take's broker round trips, at least
+                return await take(partition)
+            finally:
+                counts.taking -= 1
+
+        self.ownership.take = counted  # type: ignore[method-assign]
 
 
 @pytest.mark.partitions(4)
