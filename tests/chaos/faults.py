@@ -7,8 +7,8 @@ Faults (each recorded with its wall-clock time, so the checker can measure recov
 * ``stop``: SIGSTOP a worker for longer than the session *and* the transaction timeout, then
   SIGCONT: a zombie whose open transaction times out and whose producer must be fenced.
 * For the run's executors (``role="executor"``, :mod:`tests.chaos.executors`) the same three; a
-  ``kill`` waits until a member is inside a handler, between its side effect and its outcome,
-  and kills that one.
+  ``kill`` waits until a member is inside a batch of handlers (several side effects written,
+  their outcomes not), and kills that one.
 * ``broker``: ``kill -9`` the broker (on a cluster: every broker at once), restart it on the
   same data dir (only with brokers of the suite's own: never the shared one the other tests use).
   The load pauses while no broker answers.
@@ -95,6 +95,7 @@ class Fault:
     back_at: float = 0.0  # time.time() when the faulted part was running again
     worker: str = ""
     role: str = "worker"  # or "executor": a member of the run's executor group
+    pid: int = 0  # the faulted process (worker or executor member), once applied
 
 
 def schedule(
@@ -281,6 +282,8 @@ class Cluster:
         try:
             worker = self.slots[slot]
             fault.worker = worker.name
+            fault.pid = worker.proc.pid
+            fault.happened_at = time.time()  # the signal's time (a kill may have waited above)
             if fault.kind is FaultKind.KILL:
                 worker.kill()
                 await worker.wait_exit(30)
