@@ -9,10 +9,11 @@ Each handler (:mod:`tests.chaos.effects`) has one side effect: a line appended t
 handler was given, written before the handler sleeps 0-500 ms (the line says when, and when the
 sleep ends). Members run up to ``executor_max_in_flight`` (64) handlers at once, and claim each
 fetch's calls in one transaction, so a fault lands on a batch of claims: several claimed, some
-running. A ``kill`` fault waits until a member is running :data:`BATCH_RUNNING` handlers at
-once (or, after :data:`PATIENCE` seconds, any) and kills that one, so the SIGKILL lands between
-their side effects and their recorded outcomes: what the at-most-once ledger must report
-``unknown`` and never run again, every call of the batch.
+running. Each fault waits until a member is running :data:`BATCH_RUNNING` handlers at once (or,
+after :data:`PATIENCE` seconds, any) and signals that one, so a SIGKILL lands between their side
+effects and their recorded outcomes: what the at-most-once ledger must report ``unknown`` and
+never run again, every call of the batch; a SIGSTOP makes a zombie of a member holding a batch,
+and a SIGTERM's release must wait for the batch or report what it cut ``unknown``.
 
 What :func:`judge_executions` finds, from that file and the ``dispatch``, ``results`` and
 ``executions`` topics, read once every member has stopped:

@@ -145,7 +145,7 @@ async def run(options: Options) -> Report:
         options.executors,
         DEFAULT_TIMEOUTS,
         spawner=lambda slot: executors.spawn(slot, DEFAULT_TIMEOUTS),
-        before_kill=executors.inside_handler,
+        before_signal=executors.inside_handler,
     )
     if options.executors:
         faults += schedule(
