@@ -39,6 +39,7 @@ import os
 import random
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -161,15 +162,22 @@ class Broker:
             KAFKA_LOCAL_CONTROLLER_PORT=str(self.controller_port),
             KAFKA_LOCAL_NODES=str(self.nodes),
         )
+        # the script's python must have aiokafka (readiness, ``leaders``); a worktree has no
+        # .venv of its own, and the system python3 it would fall back to has none
+        env.setdefault("KAFKA_LOCAL_PYTHON", sys.executable)
         extra = [] if node is None else ["--node", str(node)]
         done = subprocess.run(
             [str(REPO_ROOT / "scripts" / "kafka-local"), command, *args, *extra],
             env=env,
-            check=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            check=False,
+            capture_output=True,
             text=True,
         )
+        if done.returncode != 0:  # say why: a harness failure must not look like the product's
+            raise RuntimeError(
+                f"kafka-local {command} {' '.join(args)} exited {done.returncode}: "
+                f"{done.stderr.strip()[-500:]}"
+            )
         return done.stdout
 
     async def _do(self, command: str, *args: str, node: int | None = None) -> str:
