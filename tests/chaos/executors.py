@@ -328,7 +328,16 @@ def judge_executions(
     )
     mine = [r for r in results if r.get("executor_group") == group]
     reported = Counter(r["dispatch_id"] for r in mine)
-    verdict.reported_twice = sorted(i for i, n in reported.items() if n > 1)
+    verdict.reported_twice = sorted(  # each with its outcomes and who wrote them, in log order
+        f"{i}: "
+        + ", ".join(
+            f"{r['outcome']} ({r.get('reason')}) by {r.get('executor_id')}"
+            for r in mine
+            if r["dispatch_id"] == i
+        )
+        for i, n in reported.items()
+        if n > 1
+    )
     verdict.unreported = sorted(i for i in arguments if i not in reported)
     verdict.outcomes = dict(Counter(r["outcome"] for r in mine))
     verdict.refusals = dict(

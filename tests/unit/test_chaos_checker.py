@@ -455,3 +455,16 @@ def test_a_kill_waits_for_a_member_inside_a_batch_of_handlers(tmp_path: Path) ->
     executors = Executors(cast(Any, SimpleNamespace(prefix="p.")), effects)
     members = [cast(Any, SimpleNamespace(proc=SimpleNamespace(pid=p))) for p in (101, 202)]
     assert asyncio.run(executors.inside_handler(members, timeout=1.0)) == 1
+
+
+def test_a_call_reported_twice_is_told_with_each_outcome_and_its_writer() -> None:
+    """A zombie member's late ``succeeded`` after the new owner's ``unknown`` (chaos seed 22 on
+    three brokers): the finding names both results and the members that wrote them."""
+    parts, kill = _batch_killed()
+    _, results, _, _, _ = parts
+    results.append({**results[0], "outcome": "succeeded", "reason": None, "executor_id": "x0-1"})
+    verdict = judge_executions(*parts, GROUP, None, [kill])
+    assert verdict.reported_twice == [
+        "d0: unknown (executor_interrupted) by x1-1, succeeded (None) by x0-1"
+    ]
+    assert not verdict.ok
