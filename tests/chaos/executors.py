@@ -356,11 +356,11 @@ def judge_executions(
             last[entry["dispatch_id"]] = entry["state"]
     verdict.claims_unended = sorted(i for i, state in last.items() if state == "claimed")
     written = {s["status_id"] for s in status}
-    expected = {r["dispatch_id"]: status_id_of(r, group) for r in mine}
-    verdict.status_ids = frozenset(i for i in expected.values() if i is not None)
-    verdict.status_missing = sorted(
-        d for d, i in expected.items() if i is not None and i not in written
-    )
+    # every result's status, not the last per dispatch: a dispatch reported twice (unknown,
+    # then a zombie's succeeded) has the first one's status on the topic, the group's own
+    expected = [(r["dispatch_id"], status_id_of(r, group)) for r in mine]
+    verdict.status_ids = frozenset(i for _, i in expected if i is not None)
+    verdict.status_missing = sorted({d for d, i in expected if i is not None and i not in written})
     first: dict[str, float] = {}  # the group's first ledger entry of each dispatch (claim/refusal)
     claimed: dict[str, float] = {}
     for entry in entries:

@@ -468,3 +468,7 @@ def test_a_call_reported_twice_is_told_with_each_outcome_and_its_writer() -> Non
         "d0: unknown (executor_interrupted) by x1-1, succeeded (None) by x0-1"
     ]
     assert not verdict.ok
+    # the first result's status is still the group's: the worker checker leaves it alone
+    # (it counted it a status mismatch of the worker's when only the last result was looked at)
+    assert status_id_of(results[0], GROUP) in verdict.status_ids
+    assert verdict.status_missing == []
