@@ -75,7 +75,7 @@ from tests.integration.conftest import REPO_ROOT, Runtime, WorkerProcess
 
 GROUP_SUFFIX = "chaos-executors"
 CLOCK_MARGIN = 0.01  # seconds: record times of two topics, compared (one machine's clock)
-BATCH_RUNNING = 4  # a kill waits for a member running this many handlers at once ...
+BATCH_RUNNING = 4  # an executor fault waits for a member running this many handlers at once ...
 PATIENCE = 6.0  # ... for at most this long (seconds), then takes one running any
 KILL_MARGIN = 0.05  # seconds: a handler counts as running if its sleep ends later than this
 
