@@ -53,13 +53,18 @@ def _executions_row(report: Report) -> str:
     v = report.executions.summary()
     faults = [f for f in report.faults if f.role == "executor"]
     outcomes = ", ".join(f"{k} {n}" for k, n in sorted(v["outcomes"].items()))
+    # per fault: calls run with no outcome yet / claims open, when the signal landed
+    held = ", ".join(f"{h['kind']} {h['in_flight']}/{h['claims_open']}" for h in v["at_faults"])
     return (
         f"| {report.options.seed}, executors{' (mcp)' if report.options.executors_mcp else ''} "
         f"| | {report.options.executors} members | "
         f"{len(faults)} ({', '.join(sorted({str(f.kind) for f in faults}))}) | "
         f"{v['dispatched']} dispatched | {outcomes} | executed twice {v['executed_twice']} | "
-        f"unreported {v['unreported']} | outcome wrong {v['outcome_wrong']} | "
-        f"wrong args {v['wrong_arguments']} | claims unended {v['claims_unended']} | | |"
+        f"unreported {v['unreported']} | reported twice {v['reported_twice']} | "
+        f"outcome wrong {v['outcome_wrong']} | status missing {v['status_missing']} | "
+        f"wrong args {v['wrong_arguments']} | claims unended {v['claims_unended']} | "
+        f"ran after cancel {v['ran_after_cancel']} | in flight/claims open at faults: {held}; "
+        f"peak running {v['peak_running']} of {v['max_in_flight']} | |"
     )
 
 

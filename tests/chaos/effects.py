@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import os
 import random
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,24 +29,32 @@ def arguments_digest(arguments: Mapping[str, Any]) -> str:
 
 def handlers() -> Handlers:
     """The handlers of every tool in ``PROCESSOR_TOOLS_FILE`` (the factory ``--handlers``
-    names): each appends its side effect to ``CHAOS_EFFECTS``, then takes 0-500 ms (many calls in flight at every kill)."""
+    names): each appends its side effect to ``CHAOS_EFFECTS``, then takes 0-500 ms (many calls
+    in flight at every kill). The line says when the side effect happened (``at``) and when the
+    handler will return (``ends``: ``at`` + its sleep), so the harness can see, while the run
+    goes on, how many handlers each member is running, and the verdict how many were in flight
+    at each fault."""
     effects = Path(os.environ["CHAOS_EFFECTS"])
     registry = load_registry(Path(os.environ["PROCESSOR_TOOLS_FILE"]))
     made = Handlers()
     rng = random.Random()  # the harness's own timing, not the product's
 
     async def effect(call: Call) -> Mapping[str, Any]:
+        sleep = rng.uniform(0.0, 0.5)
+        at = time.time()
         line = {
             "dispatch_id": call.dispatch_id,
             "pid": os.getpid(),
             "arguments": arguments_digest(call.arguments),
+            "at": at,
+            "ends": at + sleep,
         }
         fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:  # one write of one short line with O_APPEND: whole, and never interleaved
             os.write(fd, orjson.dumps(line) + b"\n")
         finally:
             os.close(fd)
-        await asyncio.sleep(rng.uniform(0.0, 0.5))
+        await asyncio.sleep(sleep)
         return {"done": True}
 
     for tool in registry.tools:

@@ -6,9 +6,14 @@ SIGKILL, SIGTERM and SIGSTOP faults to them as it does to workers (:mod:`tests.c
 
 Each handler (:mod:`tests.chaos.effects`) has one side effect: a line appended to a file
 (``CHAOS_EFFECTS``) with the dispatch id, the member's pid and a digest of the arguments the
-handler was given, written before the handler sleeps 0-500 ms. A ``kill`` fault waits until a
-member writes a side effect and kills that one, so the SIGKILL lands between the side effect and
-the recorded outcome: what the at-most-once ledger must report ``unknown`` and never run again.
+handler was given, written before the handler sleeps 0-500 ms (the line says when, and when the
+sleep ends). Members run up to ``executor_max_in_flight`` (64) handlers at once, and claim each
+fetch's calls in one transaction, so a fault lands on a batch of claims: several claimed, some
+running. Each fault waits until a member is running :data:`BATCH_RUNNING` handlers at once (or,
+after :data:`PATIENCE` seconds, any) and signals that one, so a SIGKILL lands between their side
+effects and their recorded outcomes: what the at-most-once ledger must report ``unknown`` and
+never run again, every call of the batch; a SIGSTOP makes a zombie of a member holding a batch,
+and a SIGTERM's release must wait for the batch or report what it cut ``unknown``.
 
 What :func:`judge_executions` finds, from that file and the ``dispatch``, ``results`` and
 ``executions`` topics, read once every member has stopped:
@@ -35,7 +40,14 @@ What :func:`judge_executions` finds, from that file and the ``dispatch``, ``resu
   to be refused, which shows the fence was put to the test.
 
 Counted, not judged: results by outcome and refusal reasons (a fence that cannot read control
-up to its barrier in time refuses, failing closed; under broker faults that is correct).
+up to its barrier in time refuses, failing closed; under broker faults that is correct); the
+most handlers one member ran at once (``peak_running``, from the side effects' times); and, for
+each executor fault, what the faulted member held when the signal landed (``at_faults``): its
+claims committed without an end (``claims_open``), the calls it had run with no outcome of its
+yet (``in_flight``: side effect written, result not), those whose handler had not even returned
+(``running``), the claims it had not started (``claimed_not_started``), and how the calls it
+held ended (``ended``: outcome and reason, whoever reported them). The judged findings above
+cover each of them: a batch of claims is restored and reported as one call is.
 """
 
 from __future__ import annotations
@@ -44,8 +56,9 @@ import asyncio
 import math
 import os
 import sys
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,10 +70,14 @@ from processor.kafka.tail import read_records
 from processor.settings import Settings
 from tests.chaos.checker import read_topic
 from tests.chaos.effects import arguments_digest
+from tests.chaos.faults import Fault
 from tests.integration.conftest import REPO_ROOT, Runtime, WorkerProcess
 
 GROUP_SUFFIX = "chaos-executors"
 CLOCK_MARGIN = 0.01  # seconds: record times of two topics, compared (one machine's clock)
+BATCH_RUNNING = 4  # an executor fault waits for a member running this many handlers at once ...
+PATIENCE = 6.0  # ... for at most this long (seconds), then takes one running any
+KILL_MARGIN = 0.05  # seconds: a handler counts as running if its sleep ends later than this
 
 
 @dataclass
@@ -151,24 +168,38 @@ class Executors:
     async def inside_handler(
         self, members: list[WorkerProcess], timeout: float = 10.0
     ) -> int | None:
-        """The slot of the first member that writes a side effect after this call began: its
-        handler is then sleeping, before its outcome is recorded. None after ``timeout`` (no
-        member had anything to run: the planned one is killed all the same)."""
+        """The slot of a member inside a batch of handlers: the first seen running
+        :data:`BATCH_RUNNING` or more at once (side effect written, sleep not over for another
+        :data:`KILL_MARGIN`), or, after :data:`PATIENCE` seconds, the first running any. None
+        after ``timeout`` (no member had anything to run: the planned one is killed all the
+        same)."""
         pids = {member.proc.pid: slot for slot, member in enumerate(members)}
-        read_from = self.effects.stat().st_size if self.effects.exists() else 0
+        ends: dict[int, list[float]] = {}  # pid → when each of its handlers seen will return
+        size = self.effects.stat().st_size if self.effects.exists() else 0
+        read_from = max(0, size - 256 * 1024)  # the handlers that began before this call too
+        skip_partial = read_from > 0
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
+        begun = loop.time()
+        while loop.time() < begun + timeout:
             if self.effects.exists():
                 with self.effects.open("rb") as f:  # only what was appended since (whole lines)
                     f.seek(read_from)
                     new = f.read()
                 whole = new[: new.rfind(b"\n") + 1]
                 read_from += len(whole)
-                for line in whole.splitlines():
-                    pid = orjson.loads(line)["pid"]
-                    if pid in pids:
-                        return pids[pid]
+                lines = whole.splitlines()
+                if skip_partial and lines:  # the first line read may be the tail of one
+                    lines, skip_partial = lines[1:], False
+                for line in lines:
+                    effect = orjson.loads(line)
+                    ends.setdefault(effect["pid"], []).append(effect["ends"])
+            now = time.time()
+            running = {
+                pid: len([e for e in ends.get(pid, ()) if e > now + KILL_MARGIN]) for pid in pids
+            }
+            pid, most = max(running.items(), key=lambda item: item[1], default=(0, 0))
+            if most >= BATCH_RUNNING or (most and loop.time() >= begun + PATIENCE):
+                return pids[pid]
             await asyncio.sleep(0.003)
         return None
 
@@ -190,6 +221,9 @@ class ExecutionVerdict:
     status_missing: list[str] = field(default_factory=list)
     ran_after_cancel: list[str] = field(default_factory=list)
     fenced: int = 0  # dispatches cancelled before the group's first entry of them: never run
+    max_in_flight: int = 0  # the members' executor_max_in_flight
+    peak_running: int = 0  # the most handlers one member ran at once (side effects' times)
+    at_faults: list[dict[str, Any]] = field(default_factory=list)  # see the module docstring
     status_ids: frozenset[str] = frozenset()  # the group's status records (the checker skips)
 
     @property
@@ -223,6 +257,9 @@ class ExecutionVerdict:
             "status_missing": len(self.status_missing),
             "ran_after_cancel": len(self.ran_after_cancel),
             "fenced": self.fenced,
+            "max_in_flight": self.max_in_flight,
+            "peak_running": self.peak_running,
+            "at_faults": self.at_faults,
             "examples": {
                 name: getattr(self, name)[:3]
                 for name in (
@@ -270,9 +307,11 @@ def judge_executions(
     status: list[dict[str, Any]],
     group: str,
     cancelled_at: Mapping[tuple[str, str], float] | None = None,
+    faults: Sequence[Fault] = (),
 ) -> ExecutionVerdict:
     """``entries`` (the ``executions`` ledger) carry their record time as ``_time`` (seconds)
-    when ``cancelled_at`` (turn key → earliest ``turn.cancelled`` record time) is given."""
+    when ``cancelled_at`` (turn key → earliest ``turn.cancelled`` record time) is given.
+    ``faults``: the executor faults applied (member, pid, signal time), for ``at_faults``."""
     verdict = ExecutionVerdict()
     arguments = {d["dispatch_id"]: arguments_digest(d["arguments"]) for d in dispatch}
     verdict.dispatched = len(arguments)
@@ -289,7 +328,16 @@ def judge_executions(
     )
     mine = [r for r in results if r.get("executor_group") == group]
     reported = Counter(r["dispatch_id"] for r in mine)
-    verdict.reported_twice = sorted(i for i, n in reported.items() if n > 1)
+    verdict.reported_twice = sorted(  # each with its outcomes and who wrote them, in log order
+        f"{i}: "
+        + ", ".join(
+            f"{r['outcome']} ({r.get('reason')}) by {r.get('executor_id')}"
+            for r in mine
+            if r["dispatch_id"] == i
+        )
+        for i, n in reported.items()
+        if n > 1
+    )
     verdict.unreported = sorted(i for i in arguments if i not in reported)
     verdict.outcomes = dict(Counter(r["outcome"] for r in mine))
     verdict.refusals = dict(
@@ -308,11 +356,11 @@ def judge_executions(
             last[entry["dispatch_id"]] = entry["state"]
     verdict.claims_unended = sorted(i for i, state in last.items() if state == "claimed")
     written = {s["status_id"] for s in status}
-    expected = {r["dispatch_id"]: status_id_of(r, group) for r in mine}
-    verdict.status_ids = frozenset(i for i in expected.values() if i is not None)
-    verdict.status_missing = sorted(
-        d for d, i in expected.items() if i is not None and i not in written
-    )
+    # every result's status, not the last per dispatch: a dispatch reported twice (unknown,
+    # then a zombie's succeeded) has the first one's status on the topic, the group's own
+    expected = [(r["dispatch_id"], status_id_of(r, group)) for r in mine]
+    verdict.status_ids = frozenset(i for _, i in expected if i is not None)
+    verdict.status_missing = sorted({d for d, i in expected if i is not None and i not in written})
     first: dict[str, float] = {}  # the group's first ledger entry of each dispatch (claim/refusal)
     claimed: dict[str, float] = {}
     for entry in entries:
@@ -330,10 +378,72 @@ def judge_executions(
             verdict.fenced += 1
         if i in ran and cancelled < claimed.get(i, math.inf) - CLOCK_MARGIN:
             verdict.ran_after_cancel.append(i)
+    verdict.peak_running = peak_running(effects)
+    final = {r["dispatch_id"]: f"{r['outcome']} ({r.get('reason')})" for r in mine}
+    verdict.at_faults = [
+        held_at(fault, entries, mine, effects, group, final)
+        for fault in faults
+        if fault.role == "executor"
+    ]
     return verdict
 
 
-async def check_executions(settings: Settings, effects: Path, group: str) -> ExecutionVerdict:
+def peak_running(effects: list[dict[str, Any]]) -> int:
+    """The most handlers one process ran at once: side effect (``at``) to return (``ends``)."""
+    peak = 0
+    for pid in {e["pid"] for e in effects}:
+        edges = sorted(
+            (t, step)
+            for e in effects
+            if e["pid"] == pid and "at" in e
+            for t, step in ((e["at"], 1), (e["ends"], -1))
+        )  # at equal times the return (-1) sorts first: back to back is not at once
+        running = 0
+        for _, step in edges:
+            running += step
+            peak = max(peak, running)
+    return peak
+
+
+def held_at(
+    fault: Fault,
+    entries: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    effects: list[dict[str, Any]],
+    group: str,
+    final: Mapping[str, str],
+) -> dict[str, Any]:
+    """What the faulted member held when the signal landed (``fault.happened_at``), by the
+    times its records carry (``ts``, taken before their transaction commits) and its side
+    effects' (``at``, ``ends``); only committed records are read, so a claim whose commit the
+    signal stopped was never one."""
+    t, member = fault.happened_at, fault.worker
+    claimed: set[str] = set()
+    ended: set[str] = set()
+    for e in entries:
+        if e.get("group") == group and e.get("executor_id") == member and e["ts"] < t:
+            (claimed if e["state"] == "claimed" else ended).add(e["dispatch_id"])
+    claims_open = claimed - ended
+    reported = {r["dispatch_id"] for r in results if r["executor_id"] == member and r["ts"] < t}
+    mine = [e for e in effects if e["pid"] == fault.pid and e.get("at", math.inf) < t]
+    in_flight = {e["dispatch_id"] for e in mine} - reported
+    running = {e["dispatch_id"] for e in mine if e["ends"] > t} - reported
+    held = claims_open | in_flight
+    return {
+        "kind": str(fault.kind),
+        "member": member,
+        "at": round(fault.at, 1),
+        "claims_open": len(claims_open),
+        "in_flight": len(in_flight),
+        "running": len(running),
+        "claimed_not_started": len(claims_open - {e["dispatch_id"] for e in mine}),
+        "ended": dict(Counter(final.get(i, "unreported") for i in held)),
+    }
+
+
+async def check_executions(
+    settings: Settings, effects: Path, group: str, faults: Sequence[Fault] = ()
+) -> ExecutionVerdict:
     dispatch = [value for _, _, value in await read_topic(settings, "dispatch")]
     cancelled_at: dict[tuple[str, str], float] = {}
     async for r in read_records(settings, settings.topics.control):
@@ -347,9 +457,11 @@ async def check_executions(settings: Settings, effects: Path, group: str) -> Exe
         async for r in read_records(settings, settings.topics.executions)
     ]
     status = [value for _, _, value in await read_topic(settings, "status")]
-    return judge_executions(
-        dispatch, results, entries, read_effects(effects), status, group, cancelled_at
+    verdict = judge_executions(
+        dispatch, results, entries, read_effects(effects), status, group, cancelled_at, faults
     )
+    verdict.max_in_flight = settings.executor_max_in_flight
+    return verdict
 
 
 async def settle_executions(settings: Settings, group: str, timeout: float) -> None:

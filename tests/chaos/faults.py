@@ -6,9 +6,9 @@ Faults (each recorded with its wall-clock time, so the checker can measure recov
 * ``term``: SIGTERM a worker (graceful: it leaves the group); started again once it exited.
 * ``stop``: SIGSTOP a worker for longer than the session *and* the transaction timeout, then
   SIGCONT: a zombie whose open transaction times out and whose producer must be fenced.
-* For the run's executors (``role="executor"``, :mod:`tests.chaos.executors`) the same three; a
-  ``kill`` waits until a member is inside a handler, between its side effect and its outcome,
-  and kills that one.
+* For the run's executors (``role="executor"``, :mod:`tests.chaos.executors`) the same three;
+  each waits until a member is inside a batch of handlers (several side effects written, their
+  outcomes not), and signals that one.
 * ``broker``: ``kill -9`` the broker (on a cluster: every broker at once), restart it on the
   same data dir (only with brokers of the suite's own: never the shared one the other tests use).
   The load pauses while no broker answers.
@@ -39,6 +39,7 @@ import os
 import random
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class Fault:
     back_at: float = 0.0  # time.time() when the faulted part was running again
     worker: str = ""
     role: str = "worker"  # or "executor": a member of the run's executor group
+    pid: int = 0  # the faulted process (worker or executor member), once applied
 
 
 def schedule(
@@ -160,15 +162,22 @@ class Broker:
             KAFKA_LOCAL_CONTROLLER_PORT=str(self.controller_port),
             KAFKA_LOCAL_NODES=str(self.nodes),
         )
+        # the script's python must have aiokafka (readiness, ``leaders``); a worktree has no
+        # .venv of its own, and the system python3 it would fall back to has none
+        env.setdefault("KAFKA_LOCAL_PYTHON", sys.executable)
         extra = [] if node is None else ["--node", str(node)]
         done = subprocess.run(
             [str(REPO_ROOT / "scripts" / "kafka-local"), command, *args, *extra],
             env=env,
-            check=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            check=False,
+            capture_output=True,
             text=True,
         )
+        if done.returncode != 0:  # say why: a harness failure must not look like the product's
+            raise RuntimeError(
+                f"kafka-local {command} {' '.join(args)} exited {done.returncode}: "
+                f"{done.stderr.strip()[-500:]}"
+            )
         return done.stdout
 
     async def _do(self, command: str, *args: str, node: int | None = None) -> str:
@@ -234,9 +243,9 @@ class Cluster:
     env: dict[str, str]
     broker: Broker | None = None
     spawner: Callable[[int], WorkerProcess] | None = None
-    # awaited before a SIGKILL; returns the slot to kill instead of the planned one (executors:
-    # the first member seen inside a handler), or None to keep it
-    before_kill: Callable[[list[WorkerProcess]], Awaitable[int | None]] | None = None
+    # awaited before a SIGKILL, SIGSTOP or SIGTERM; returns the slot to signal instead of the
+    # planned one (executors: a member seen inside a batch of handlers), or None to keep it
+    before_signal: Callable[[list[WorkerProcess]], Awaitable[int | None]] | None = None
     stop_seconds: float = 14.0  # > session timeout (10 s) and transaction timeout (9 s)
     broker_down_seconds: float = 5.0  # a killed broker of a cluster restarts after this
     broker_stop_seconds: float = 16.0  # > broker session (6 s) and replica lag (10 s) timeouts
@@ -274,13 +283,15 @@ class Cluster:
             fault.back_at = time.time()
             return
         slot = fault.target % self.size
-        if fault.kind is FaultKind.KILL and self.before_kill is not None:
-            busy = await self.before_kill(list(self.slots))
+        if self.before_signal is not None:
+            busy = await self.before_signal(list(self.slots))
             slot = slot if busy is None or busy in self._held else busy
         self._held.add(slot)
         try:
             worker = self.slots[slot]
             fault.worker = worker.name
+            fault.pid = worker.proc.pid
+            fault.happened_at = time.time()  # the signal's time (a kill may have waited above)
             if fault.kind is FaultKind.KILL:
                 worker.kill()
                 await worker.wait_exit(30)

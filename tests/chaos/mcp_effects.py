@@ -7,7 +7,8 @@ tests.chaos.mcp_effects"``). Its tools are the run's registry (``CHAOS_TOOLS``):
 and schemas, ``destructiveHint`` = the tool's ``requires_confirmation``. A ``tools/call`` appends
 ``{dispatch_id, pid, arguments}`` to ``CHAOS_EFFECTS`` (the dispatch id from the request's
 ``_meta`` idempotency key; ``pid`` the executor member's, this server's parent, so a ``kill``
-fault can target the member whose call is in flight), then takes 0-500 ms.
+fault can target the member whose call is in flight; ``at`` and ``ends`` as there: when the side
+effect happened and when the call will return), then takes 0-500 ms.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +57,21 @@ async def main() -> None:
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         meta = dict(ctx.meta or {})
+        sleep = rng.uniform(0.0, 0.5)
+        at = time.time()
         line = {
             "dispatch_id": meta.get(IDEMPOTENCY_KEY),
             "pid": os.getppid(),
             "arguments": arguments_digest(params.arguments or {}),
+            "at": at,
+            "ends": at + sleep,
         }
         fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:  # one write of one short line with O_APPEND: whole, and never interleaved
             os.write(fd, orjson.dumps(line) + b"\n")
         finally:
             os.close(fd)
-        await asyncio.sleep(rng.uniform(0.0, 0.5))
+        await asyncio.sleep(sleep)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text="done")],
             structured_content={"done": True},

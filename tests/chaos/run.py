@@ -145,7 +145,7 @@ async def run(options: Options) -> Report:
         options.executors,
         DEFAULT_TIMEOUTS,
         spawner=lambda slot: executors.spawn(slot, DEFAULT_TIMEOUTS),
-        before_kill=executors.inside_handler,
+        before_signal=executors.inside_handler,
     )
     if options.executors:
         faults += schedule(
@@ -181,7 +181,7 @@ async def run(options: Options) -> Report:
         await asyncio.gather(cluster.close(), members.close())
         if options.executors:
             executions = await check_executions(
-                runtime.settings, executors.effects, executors.group
+                runtime.settings, executors.effects, executors.group, faults
             )
         open_txns = await _open_transactions(runtime.settings)
         worker_faults = [f for f in faults if f.role == "worker"]

@@ -5,13 +5,25 @@ Without these, a checker that always said "ok" would make the chaos runs tests t
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
+import orjson
 import pytest
 
 from tests.chaos.checker import Verdict, judge
 from tests.chaos.effects import arguments_digest
-from tests.chaos.executors import ExecutionVerdict, judge_executions, status_id_of
+from tests.chaos.executors import (
+    BATCH_RUNNING,
+    ExecutionVerdict,
+    Executors,
+    judge_executions,
+    peak_running,
+    status_id_of,
+)
 from tests.chaos.faults import Fault, FaultKind
 from tests.chaos.workload import Expect, Fate, Plan
 
@@ -353,3 +365,110 @@ def test_a_call_cancelled_before_its_claim_must_not_run() -> None:
     # d0 ran although its turn was cancelled before its claim
     verdict = judge_executions(*parts, GROUP, {("t", "u0"): 99.5})
     assert not verdict.ok and verdict.ran_after_cancel == ["d0"], verdict.summary()
+
+
+def _batch_killed() -> tuple[tuple[list[dict[str, Any]], ...], Fault]:
+    """A batch of five claims of member ``x0-1`` (pid 11) committed at 100.0; three of their
+    handlers ran (side effects at 100.1, returning at 100.4) when the member was killed at
+    100.2; ``x1-1`` took the partition over and reported all five ``unknown``."""
+    dispatch, results, entries, effects, status = [], [], [], [], []
+    for n in range(5):
+        key = {"tenant": "t", "turn_id": f"u{n}", "response_id": "r", "item_id": "i"}
+        key["call_id"] = "c"
+        arguments = {"n": n}
+        dispatch.append({**key, "dispatch_id": f"d{n}", "arguments": arguments})
+        claim = {"group": GROUP, "dispatch_id": f"d{n}", "executor_id": "x0-1", "ts": 100.0}
+        entries.append({**claim, "state": "claimed", "_time": 100.0})
+        entries.append({**claim, "state": "unknown", "executor_id": "x1-1", "ts": 112.0})
+        result = {**key, "dispatch_id": f"d{n}", "executor_group": GROUP, "outcome": "unknown"}
+        result.update(reason="executor_interrupted", executor_id="x1-1", ts=112.0)
+        results.append(result)
+        status.append({**key, "status_id": status_id_of(result, GROUP)})
+        if n < 3:
+            digest = arguments_digest(arguments)
+            effects.append(
+                {"dispatch_id": f"d{n}", "pid": 11, "arguments": digest, "at": 100.1, "ends": 100.4}
+            )
+    kill = Fault(FaultKind.KILL, 40.0, 0, happened_at=100.2, worker="x0-1", role="executor")
+    kill.pid = 11
+    return (dispatch, results, entries, effects, status), kill
+
+
+def test_a_kill_is_told_with_the_batch_of_claims_it_landed_on() -> None:
+    parts, kill = _batch_killed()
+    verdict = judge_executions(*parts, GROUP, None, [kill])
+    assert verdict.ok, verdict.summary()
+    assert verdict.at_faults == [
+        {
+            "kind": "kill",
+            "member": "x0-1",
+            "at": 40.0,
+            "claims_open": 5,
+            "in_flight": 3,
+            "running": 3,
+            "claimed_not_started": 2,
+            "ended": {"unknown (executor_interrupted)": 5},
+        }
+    ]
+    assert verdict.peak_running == 3
+    # every call of the batch is judged: one claim left open, one unreported, one run again
+    d, r, e, x, s = parts
+    e.pop(3)  # d1's end
+    r.pop(4)  # d4's result
+    x.append({**x[2], "pid": 12, "at": 113.0, "ends": 113.1})  # d2 run again by the new owner
+    verdict = judge_executions(d, r, e, x, s, GROUP, None, [kill])
+    assert (verdict.claims_unended, verdict.unreported, verdict.executed_twice) == (
+        ["d1"],
+        ["d4"],
+        ["d2"],
+    )
+    assert verdict.at_faults[0]["ended"] == {
+        "unknown (executor_interrupted)": 4,
+        "unreported": 1,
+    }
+
+
+def test_peak_running_counts_one_process_s_handlers_at_once() -> None:
+    effects = [
+        {"pid": 1, "at": 0.0, "ends": 0.5},
+        {"pid": 1, "at": 0.1, "ends": 0.2},
+        {"pid": 1, "at": 0.2, "ends": 0.3},  # begins as the second returns: not at once
+        {"pid": 2, "at": 0.15, "ends": 0.4},  # another process: not counted with pid 1
+    ]
+    assert peak_running(effects) == 2
+    effects.append({"pid": 1, "at": 0.25, "ends": 0.6})
+    assert peak_running(effects) == 3
+
+
+def test_a_kill_waits_for_a_member_inside_a_batch_of_handlers(tmp_path: Path) -> None:
+    """The kill's target is the member running BATCH_RUNNING handlers, not the first one seen
+    running any, and handlers that began before the wait count."""
+    now = time.time()
+    lines = [{"dispatch_id": "a", "pid": 101, "at": now, "ends": now + 30}]
+    lines += [
+        {"dispatch_id": f"b{n}", "pid": 202, "at": now, "ends": now + 30}
+        for n in range(BATCH_RUNNING)
+    ]
+    lines.append({"dispatch_id": "c", "pid": 202, "at": now - 1, "ends": now - 0.5})  # returned
+    effects = tmp_path / "effects.jsonl"
+    effects.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    executors = Executors(cast(Any, SimpleNamespace(prefix="p.")), effects)
+    members = [cast(Any, SimpleNamespace(proc=SimpleNamespace(pid=p))) for p in (101, 202)]
+    assert asyncio.run(executors.inside_handler(members, timeout=1.0)) == 1
+
+
+def test_a_call_reported_twice_is_told_with_each_outcome_and_its_writer() -> None:
+    """A zombie member's late ``succeeded`` after the new owner's ``unknown`` (chaos seed 22 on
+    three brokers): the finding names both results and the members that wrote them."""
+    parts, kill = _batch_killed()
+    _, results, _, _, _ = parts
+    results.append({**results[0], "outcome": "succeeded", "reason": None, "executor_id": "x0-1"})
+    verdict = judge_executions(*parts, GROUP, None, [kill])
+    assert verdict.reported_twice == [
+        "d0: unknown (executor_interrupted) by x1-1, succeeded (None) by x0-1"
+    ]
+    assert not verdict.ok
+    # the first result's status is still the group's: the worker checker leaves it alone
+    # (it counted it a status mismatch of the worker's when only the last result was looked at)
+    assert status_id_of(results[0], GROUP) in verdict.status_ids
+    assert verdict.status_missing == []
