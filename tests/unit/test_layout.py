@@ -103,3 +103,23 @@ def test_the_layers_contract_covers_every_package() -> None:
     assert present - placed == {"processor.exits"}, present - placed
     exempt = [r for r in layers.get("ignore_imports", ()) if ".__main__ ->" not in r]
     assert exempt == []
+
+
+def test_no_file_holds_a_merge_conflict() -> None:
+    """A conflict left in a doc (docs/mcp.md held one for a whole stop) is caught here."""
+    markers = re.compile(r"^(<{7} |>{7} |={7}$)")
+    repo = ROOT.parent
+    found = [
+        f"{path.relative_to(repo)}:{number}"
+        for folder in ("processor", "docs", "tests", "examples", "bench", "scripts", "deploy")
+        for path in sorted((repo / folder).rglob("*"))
+        if path.suffix in {".py", ".md", ".yaml", ".yml", ".toml", ".tpl", ".txt"}
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if markers.match(line)
+    ] + [
+        f"{name}:{number}"
+        for name in ("README.md", "pyproject.toml", "Makefile")
+        for number, line in enumerate((repo / name).read_text(encoding="utf-8").splitlines(), 1)
+        if markers.match(line)
+    ]
+    assert found == [], found
