@@ -1,7 +1,8 @@
 """Executor throughput against a plain consumer with the same handler and in-flight limit.
 
 Issue 39's side-by-side, on the real broker. One ``dispatch`` backlog (``--calls`` calls of as
-many turns, over ``--partitions`` partitions, every turn started in ``control``) is written once;
+many turns, over ``--partitions`` partitions, every turn started in ``control``; then one of
+``--small-calls``, 300, the same way) is written once;
 then, one after the other and interleaved, each contender drains it in a consumer group of its
 own, in a process of its own:
 
@@ -24,7 +25,7 @@ process's own (user + system, from ``getrusage``) per call, and the broker's (it
 broker is shared with whatever else runs on the machine, so its figure is an upper bound.
 
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python bench/bench_executor_throughput.py \\
-        [--calls 2000] [--partitions 6] [--in-flight 64] [--repeat 1] [--out F]
+        [--calls 2000] [--small-calls 300] [--partitions 6] [--in-flight 64] [--repeat 1] [--out F]
 
 (``make bench`` runs it: the section "Executor: throughput against a plain consumer".)
 """
@@ -493,17 +494,22 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "repeat": args.repeat,
         "runs": {},
     }
+    out["small_calls"] = args.small_calls
     for handler in HANDLERS:
         for _ in range(args.repeat):
-            prefix = f"bx{uuid.uuid4().hex[:8]}."
-            asyncio.run(_backlog(args.bootstrap, prefix, args.calls, args.partitions))
-            try:
-                for contender in ("plain", "executor"):  # side by side, the same backlog
-                    run = _contend(args, prefix, contender, handler)
-                    out["runs"].setdefault(f"{handler}/{contender}", []).append(run)
-                    print(f"{handler}/{contender}: {json.dumps(run)}", flush=True)
-            finally:
-                asyncio.run(_drop(args.bootstrap, prefix, args.partitions))
+            for size, suffix in ((args.calls, ""), (args.small_calls, "/small")):
+                if not size:
+                    continue
+                prefix = f"bx{uuid.uuid4().hex[:8]}."
+                asyncio.run(_backlog(args.bootstrap, prefix, size, args.partitions))
+                sized = argparse.Namespace(**{**vars(args), "calls": size})
+                try:
+                    for contender in ("plain", "executor"):  # side by side, the same backlog
+                        run = _contend(sized, prefix, contender, handler)
+                        out["runs"].setdefault(f"{handler}/{contender}{suffix}", []).append(run)
+                        print(f"{handler}/{contender}{suffix}: {json.dumps(run)}", flush=True)
+                finally:
+                    asyncio.run(_drop(args.bootstrap, prefix, args.partitions))
             pair = _pair(args, handler)  # two executors of one group, on a backlog of their own
             out["runs"].setdefault(f"{handler}/two executors", []).append(pair)
             print(f"{handler}/two executors: {json.dumps(pair)}", flush=True)
@@ -529,6 +535,16 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 [r["steady_calls_per_second"] for r in out["runs"][f"{handler}/two executors"]]
             )
         }
+        | (
+            {
+                f"small_{k}": v
+                for k, v in _compare(
+                    out["runs"][f"{handler}/plain/small"], out["runs"][f"{handler}/executor/small"]
+                ).items()
+            }
+            if f"{handler}/plain/small" in out["runs"]
+            else {}
+        )
         for handler in HANDLERS
     }
     if out.get("latency"):
@@ -592,6 +608,19 @@ def markdown(result: dict[str, Any]) -> str:
             f"{ms(s['executor_broker_cpu_ms_per_call'])} "
             f"| {s['two_executors_calls_per_second']:,.0f} ({s['two_executors_vs_one']:.2f}x) |"
         )
+    small = [(h, s) for h, s in result["summary"].items() if "small_ratio" in s]
+    if small:
+        lines += [
+            "",
+            f"The same on a backlog of {result.get('small_calls')} calls (one executor / the "
+            "plain consumer, steady calls/s): "
+            + "; ".join(
+                f"{names[h]}: {s['small_executor_calls_per_second']:,.0f} / "
+                f"{s['small_plain_calls_per_second']:,.0f} = {s['small_ratio']:.2f}"
+                for h, s in small
+            )
+            + ".",
+        ]
     latency = result.get("latency_summary")
     if latency:
         lines += [
@@ -609,6 +638,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--small-calls", type=int, default=300, help="a second, smaller backlog (0: none)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per contender run")
     parser.add_argument("--out", type=Path, default=RESULTS, help="the results JSON")
     parser.add_argument(

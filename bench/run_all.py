@@ -199,7 +199,7 @@ SECTIONS = [
         "Executor: throughput against a plain consumer (many calls in flight)",
         "bench_executor_throughput.py",
         ["--calls", "2000", "--repeat", "3"],
-        ["--calls", "40", "--timeout", "180"],
+        ["--calls", "40", "--small-calls", "0", "--timeout", "180"],
         "executor_throughput.json",
         "--out",
         lambda stdout, result: str(_module("bench_executor_throughput").markdown(result)),

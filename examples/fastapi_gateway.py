@@ -42,6 +42,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -50,21 +51,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import processor
 
-CallModel = Callable[[str], Any]
-"""``message -> the SDK's async stream`` (anthropic ``AsyncStream[RawMessageStreamEvent]``)."""
+CallModel = Callable[[str, list[Any]], Any]
+"""``(message, tools) -> the SDK's async stream`` (anthropic
+``AsyncStream[RawMessageStreamEvent]``); ``tools`` is the registry's, rendered for the caller."""
 
-WEATHER_TOOL = {
-    "name": "get_weather",
-    "description": "Current weather for a location.",
-    "input_schema": {
-        "type": "object",
-        "properties": {"location": {"type": "string"}},
-        "required": ["location"],
-    },
-}
+EXAMPLE_TOOLS = Path(__file__).with_name("tools.yaml")
 
 
-async def call_anthropic(message: str) -> Any:
+async def call_anthropic(message: str, tools: list[Any]) -> Any:
     """The real provider call (needs ``ANTHROPIC_API_KEY``)."""
     import anthropic  # noqa: PLC0415 - only the real provider call needs the SDK
 
@@ -72,7 +66,7 @@ async def call_anthropic(message: str) -> Any:
     return await client.messages.create(
         model="claude-sonnet-4-20250514",
         max_tokens=1024,
-        tools=[WEATHER_TOOL],
+        tools=tools,
         messages=[{"role": "user", "content": message}],
         stream=True,
     )
@@ -167,10 +161,21 @@ def create_app(
     authenticate: Authenticate,
     mint_turn_id: Callable[[], str] = new_turn_id,
     verdict_wait: float = 10.0,
+    registry: processor.Registry | None = None,
 ) -> FastAPI:
     """The gateway: one :class:`processor.Publisher` and one :class:`processor.OutcomeFollower`
     for the process's lifetime. ``verdict_wait`` bounds how long a response waits, after the model's
-    stream, for the worker's verdict on the turn's calls."""
+    stream, for the worker's verdict on the turn's calls. The model is offered the tools of
+    ``registry`` (default: the worker's, ``PROCESSOR_TOOLS_FILE``) that the caller's tenant and
+    actor may call, rendered by :func:`processor.tool_definitions`: no hand-written tool list to
+    keep in step with what the worker accepts."""
+    if registry is None:
+        if settings.tools_file is None:
+            raise processor.ConfigurationError(
+                "missing_tools", "the gateway offers the registry's tools: set PROCESSOR_TOOLS_FILE"
+            )
+        registry = processor.load_registry(settings.tools_file)
+    offered = registry
     state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
@@ -198,7 +203,10 @@ def create_app(
         # followed before the turn starts: nothing the worker says about it is missed
         followed = await follower.follow(turn, command_id=command_id)
         await publisher.start_turn(turn, command_id=command_id)
-        stream = await call_model(body.message)
+        tools = processor.tool_definitions(
+            offered, "anthropic", tenant=principal.tenant, actor=principal.actor
+        )
+        stream = await call_model(body.message, tools)
         side = processor.TeeState(turn, keep_events=True)
 
         async def text() -> AsyncIterator[str]:
@@ -221,7 +229,10 @@ def create_app(
 
 
 def _default_app() -> FastAPI:
-    return create_app(processor.Settings(), authenticate=token_table(tokens_from_env()))
+    settings = processor.Settings()
+    if settings.tools_file is None:
+        settings = settings.model_copy(update={"tools_file": EXAMPLE_TOOLS})
+    return create_app(settings, authenticate=token_table(tokens_from_env()))
 
 
 app = _default_app()

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+import processor
 from examples.fastapi_gateway import Principal, create_app, token_table
 from examples.sqlite_executor import make_handlers
 from tests.integration import sdk_streams as sdk
@@ -45,9 +46,11 @@ async def test_gateway_streams_text_and_the_executor_runs_the_call_once(
     worker = runtime.start_worker()
     await worker.wait_ready()
     asked: list[str] = []
+    offered: list[list[Any]] = []
 
-    async def call_model(message: str) -> Any:
+    async def call_model(message: str, tools: list[Any]) -> Any:
         asked.append(message)
+        offered.append(tools)
         return sdk.anthropic_messages(RECORDING)
 
     app = create_app(runtime.settings, call_model, authenticate=token_table(TOKENS))
@@ -73,6 +76,12 @@ async def test_gateway_streams_text_and_the_executor_runs_the_call_once(
     assert text.startswith("I'll check the current weather in Paris for you.")
     assert text.endswith("\n[get_weather: dispatched]"), text
     assert asked == ["What is the weather in Paris?"]
+    # the model was offered the worker's registry, rendered for the caller: no hand-written list
+    registry = processor.load_registry(runtime.settings.tools_file)
+    assert offered == [
+        processor.tool_definitions(registry, "anthropic", tenant=ALICE.tenant, actor=ALICE.actor)
+    ]
+    assert [tool["name"] for tool in offered[0]] == ["get_weather"]
     assert (unauthenticated.status_code, forged.status_code) == (401, 401)
     assert chosen_turn.status_code == 422  # a client never names a turn: nothing published
     assert turn_id.startswith("turn-") and len(turn_id) == len("turn-") + 32
@@ -125,7 +134,7 @@ async def test_a_refused_binding_is_told_to_the_caller_not_hidden_behind_a_200(
     await worker.wait_ready()
     await runtime.control(turn_started("acme", "turn-known", actor=MALLORY.actor))
 
-    async def call_model(message: str) -> Any:
+    async def call_model(message: str, tools: list[Any]) -> Any:
         return sdk.anthropic_messages(RECORDING)
 
     app = create_app(
