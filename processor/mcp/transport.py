@@ -173,6 +173,11 @@ class _LineReader:
         self._limit = limit
         self._buffer = bytearray()
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of an unfinished message held now."""
+        return len(self._buffer)
+
     def feed(self, chunk: bytes) -> list[bytes]:
         lines: list[bytes] = []
         start = 0

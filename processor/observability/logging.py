@@ -69,6 +69,11 @@ class RepeatedLines(logging.Filter):
         self.max_lines = max_lines
         self._seen: dict[tuple[str, int, str], list[float]] = {}  # line: [last passed, held]
 
+    @property
+    def remembered(self) -> int:
+        """How many distinct lines it remembers now (at most ``max_lines``)."""
+        return len(self._seen)
+
     def filter(self, record: logging.LogRecord) -> bool:
         name = record.name
         if name != self.prefix and not name.startswith(self.prefix + "."):

@@ -49,7 +49,7 @@ def test_memory_is_bounded_and_the_oldest_line_is_forgotten() -> None:
     lines = RepeatedLines("aiokafka", window=10.0, max_lines=3)
     for i in range(10):
         assert lines.filter(_record("aiokafka", f"line {i}", 0.0))
-    assert len(lines._seen) == 3
+    assert lines.remembered == 3
     assert lines.filter(_record("aiokafka", "line 0", 1.0))  # forgotten, so it passes again
     assert not lines.filter(_record("aiokafka", "line 9", 1.0))
 

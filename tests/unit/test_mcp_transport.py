@@ -22,7 +22,7 @@ def test_lines_split_across_chunks_and_a_long_line_is_refused_as_it_arrives() ->
     with pytest.raises(MessageTooLarge):
         lines.feed(b"x" * 6)
         lines.feed(b"x" * 6)  # 12 bytes of one line: over the bound before its end
-    assert len(lines._buffer) == 0  # nothing of it is kept
+    assert lines.buffered == 0  # nothing of it is kept
 
 
 def test_the_request_key_is_read_from_the_meta_of_a_message_or_its_json() -> None:
