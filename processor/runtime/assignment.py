@@ -82,7 +82,7 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
         # without waiting it out, and without patching the event loop's asyncio.sleep)
         self._sleep = sleep
         self.topics = settings.topics
-        self._new_assembler = new_assembler
+        self.new_assembler = new_assembler
         self._on_fatal = on_fatal
         self.consumer: Any = None  # set by the worker before subscribing
         self.lock = asyncio.Lock()  # held while a batch is processed and committed
@@ -138,11 +138,11 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
             await self.close_all()
             kept, self._kept = self._kept, {}
             for p in sorted(fragments):
-                task = PartitionTask(p, self.settings, self._new_assembler)
+                task = PartitionTask(p, self.settings, self.new_assembler)
                 task.recovery.warm = kept.get(p)
                 self.tasks[p] = task
                 self._pause(task)
-                self._jobs[p] = asyncio.create_task(self._prepare(task, delay=0.0))
+                self._jobs[p] = asyncio.create_task(self.prepare_until_ready(task, delay=0.0))
         metrics.ASSIGNED_PARTITIONS.set(len(self.tasks))
         metrics.READY_PARTITIONS.set(0)
         log.info("partitions assigned", extra=fields(partitions=sorted(fragments)))
@@ -160,7 +160,9 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
         old = self._jobs.pop(task.partition, None)
         if old is not None:
             old.cancel()
-        self._jobs[task.partition] = asyncio.create_task(self._prepare(task, delay=delay))
+        self._jobs[task.partition] = asyncio.create_task(
+            self.prepare_until_ready(task, delay=delay)
+        )
         self._update_ready_gauge()
 
     async def close_all(self) -> None:
@@ -181,7 +183,10 @@ class PartitionManager(ConsumerRebalanceListener):  # type: ignore[misc]
 
     # ------------------------------------------------------------------ preparation job
 
-    async def _prepare(self, task: PartitionTask, *, delay: float) -> None:
+    async def prepare_until_ready(self, task: PartitionTask, *, delay: float) -> None:
+        """The preparation job of ``task``: after ``delay`` seconds, prepare it, again and
+        again with a bounded back-off while it fails, until it is ready or no longer the
+        partition's task (the job a take or a reset starts)."""
         backoff = _RETRY_MIN_S
         if delay:
             await self._sleep(delay)

@@ -51,9 +51,9 @@ async def test_a_failing_preparation_is_retried_at_least_every_two_seconds() -> 
         on_fatal=lambda exc: None,
         sleep=sleep,
     )
-    task = FailingTask(0, settings, manager._new_assembler)
+    task = FailingTask(0, settings, manager.new_assembler)
     manager.tasks[0] = task
-    job = asyncio.get_running_loop().create_task(manager._prepare(task, delay=0.0))
+    job = asyncio.get_running_loop().create_task(manager.prepare_until_ready(task, delay=0.0))
     await asyncio.wait_for(done.wait(), 10)
     job.cancel()
     assert task.attempts == FAILURES + 1
