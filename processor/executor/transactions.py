@@ -165,7 +165,7 @@ class PartitionWriter:
         consumer learns of the rebalance only at its next poll). Writing its stale ends and
         claims then would report a call twice and run one twice (chaos seeds 22 and 23). So
         once a retry has its new producer, the ledger partition is read again
-        (:meth:`_still_ours`): an entry of another member that this one does not hold as it
+        (:meth:`_owned_by_another`): an entry of another member that this one does not hold as it
         is means the partition was owned by another meanwhile, and this member gives it up
         (:class:`Fenced`: nothing of it is written; the next owner reports its claims
         ``unknown``, never run again).
@@ -191,11 +191,18 @@ class PartitionWriter:
                     )
                     await asyncio.sleep(min(2.0, 0.2 * attempt))
                     continue
+                was_in_doubt = owned.in_doubt
                 owned.discarded = owned.in_doubt = False
-                if not await self._still_ours(owned):
+                ledger = await self._ledger_now(owned)
+                if ledger is None or self._owned_by_another(owned, ledger):
                     owned.lost = True
                     await discard_producer(owned.producer)
                     raise Fenced
+                if was_in_doubt and self._written(outputs, ledger):
+                    # the failed attempt's commit went through: writing it again would report
+                    # the calls twice (chaos seed 22 on three brokers)
+                    self._committed(owned, offset)
+                    return
             producer = owned.producer
             try:
                 async with asyncio.timeout(self.settings.commit_timeout_seconds):
@@ -216,27 +223,48 @@ class PartitionWriter:
                 owned.discarded = True  # the next attempt starts with a new producer
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
                 continue
-            owned.sweeps.committed = True
-            if offset is not None and offset >= (owned.pending_offset or 0):
-                owned.pending_offset = None
+            self._committed(owned, offset)
             return
         raise TransactionFailed
 
-    async def _still_ours(self, owned: OwnedPartition) -> bool:
-        """Whether no other member wrote to the partition's ledger since this one's view of it
-        (``owned.entries``): every entry of another member is one this member holds, in the
-        same state. A ledger that cannot be read now counts as written by another (fail
-        closed: the partition is given up and taken again from the ledger)."""
+    def _committed(self, owned: OwnedPartition, offset: int | None) -> None:
+        owned.sweeps.committed = True
+        if offset is not None and offset >= (owned.pending_offset or 0):
+            owned.pending_offset = None
+
+    async def _ledger_now(self, owned: OwnedPartition) -> dict[str, ExecutionEntry] | None:
+        """The partition's ledger read to its end now, or None when it cannot be read (fail
+        closed: the caller gives the partition up, to be taken again from the ledger)."""
         try:
             async with asyncio.timeout(self.settings.commit_timeout_seconds):
-                ledger = await self._restore(owned.partition)
+                return await self._restore(owned.partition)
         except (KafkaError, TimeoutError, ExecutionError, KafkaStepError) as exc:
             log.warning(
                 "executor transaction: the ledger could not be read after a new producer; "
                 "the partition is given up and taken again",
                 extra=fields(partition=owned.partition, error=type(exc).__name__),
             )
-            return False
+            return None
+
+    def _written(self, outputs: list[OutRecord], ledger: dict[str, ExecutionEntry]) -> bool:
+        """Whether the ledger holds every ledger entry of ``outputs`` as written: the
+        transaction that carried them committed. False when they hold none (nothing tells)."""
+        entries = [
+            ExecutionEntry.model_validate_json(value)
+            for topic, _key, value, _partition, _headers in outputs
+            if topic == self.topics.executions
+        ]
+        return bool(entries) and all(
+            (held := ledger.get(entry.dispatch_id)) is not None
+            and (held.state, held.executor_id, held.ts)
+            == (entry.state, entry.executor_id, entry.ts)
+            for entry in entries
+        )
+
+    def _owned_by_another(self, owned: OwnedPartition, ledger: dict[str, ExecutionEntry]) -> bool:
+        """Whether another member wrote to the partition's ledger since this one's view of it
+        (``owned.entries``): an entry of another member this one does not hold, in its
+        state."""
         for dispatch_id, entry in ledger.items():
             if entry.executor_id == self.executor_id:
                 continue  # this member's own, written or in doubt
@@ -251,8 +279,8 @@ class PartitionWriter:
                         state=entry.state.value,
                     ),
                 )
-                return False
-        return True
+                return True
+        return False
 
     async def one_transaction(
         self,
