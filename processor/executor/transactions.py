@@ -32,7 +32,7 @@ from processor.executor.executor_state import (
     OwnedPartition,
     TransactionFailed,
 )
-from processor.executor.records import ExecutionEntry
+from processor.executor.records import ExecutionEntry, decode_entry
 from processor.kafka import hanging
 from processor.kafka.clients import discard_producer, settle_unawaited
 from processor.kafka.owner_fence import OwnerFence
@@ -169,6 +169,13 @@ class PartitionWriter:
         is means the partition was owned by another meanwhile, and this member gives it up
         (:class:`Fenced`: nothing of it is written; the next owner reports its claims
         ``unknown``, never run again).
+
+        The ledger read again also tells whether the failed attempt committed after all (its
+        commit timed out on this side but reached the coordinator, whose decision the new
+        producer's fence waited for): when every ledger entry the attempt wrote is there as
+        written, the attempt is done and is not written again. Before, the retry wrote the same
+        ends a second time: a call reported twice by the same member (chaos seed 22, a broker
+        down while ends were committed).
         """
         offset = next_offset if next_offset is not None else owned.pending_offset
         for attempt in range(1, _TXN_ATTEMPTS + 1):
@@ -192,10 +199,18 @@ class PartitionWriter:
                     await asyncio.sleep(min(2.0, 0.2 * attempt))
                     continue
                 owned.discarded = owned.in_doubt = False
-                if not await self._still_ours(owned):
+                ledger = await self._still_ours(owned)
+                if ledger is None:
                     owned.lost = True
                     await discard_producer(owned.producer)
                     raise Fenced
+                if self._committed_before(ledger, outputs):
+                    log.info(
+                        "executor transaction: the failed attempt had committed; not written again",
+                        extra=fields(partition=owned.partition, attempt=attempt),
+                    )
+                    self._done(owned, offset)
+                    return
             producer = owned.producer
             try:
                 async with asyncio.timeout(self.settings.commit_timeout_seconds):
@@ -216,17 +231,35 @@ class PartitionWriter:
                 owned.discarded = True  # the next attempt starts with a new producer
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
                 continue
-            owned.sweeps.committed = True
-            if offset is not None and offset >= (owned.pending_offset or 0):
-                owned.pending_offset = None
+            self._done(owned, offset)
             return
         raise TransactionFailed
 
-    async def _still_ours(self, owned: OwnedPartition) -> bool:
-        """Whether no other member wrote to the partition's ledger since this one's view of it
-        (``owned.entries``): every entry of another member is one this member holds, in the
-        same state. A ledger that cannot be read now counts as written by another (fail
-        closed: the partition is given up and taken again from the ledger)."""
+    @staticmethod
+    def _done(owned: OwnedPartition, offset: int | None) -> None:
+        owned.sweeps.committed = True
+        if offset is not None and offset >= (owned.pending_offset or 0):
+            owned.pending_offset = None
+
+    def _committed_before(
+        self, ledger: dict[str, ExecutionEntry], outputs: list[OutRecord]
+    ) -> bool:
+        """Whether the ledger read after a new producer holds every ledger entry of ``outputs``
+        as written (so the failed attempt that wrote them committed). Outputs without a ledger
+        entry (an offset, refusals only) tell nothing: False, and they are written again."""
+        written = [
+            decode_entry(value)
+            for topic, _key, value, _partition, _headers in outputs
+            if topic == self.topics.executions and value is not None
+        ]
+        return bool(written) and all(ledger.get(e.dispatch_id) == e for e in written)
+
+    async def _still_ours(self, owned: OwnedPartition) -> dict[str, ExecutionEntry] | None:
+        """The partition's ledger read again, or None when another member wrote to it since
+        this one's view of it (``owned.entries``): every entry of another member must be one
+        this member holds, in the same state. A ledger that cannot be read now counts as
+        written by another (fail closed: the partition is given up and taken again from the
+        ledger)."""
         try:
             async with asyncio.timeout(self.settings.commit_timeout_seconds):
                 ledger = await self._restore(owned.partition)
@@ -236,7 +269,7 @@ class PartitionWriter:
                 "the partition is given up and taken again",
                 extra=fields(partition=owned.partition, error=type(exc).__name__),
             )
-            return False
+            return None
         for dispatch_id, entry in ledger.items():
             if entry.executor_id == self.executor_id:
                 continue  # this member's own, written or in doubt
@@ -251,8 +284,8 @@ class PartitionWriter:
                         state=entry.state.value,
                     ),
                 )
-                return False
-        return True
+                return None
+        return ledger
 
     async def one_transaction(
         self,
