@@ -154,8 +154,8 @@ class PartitionWriter:
         until the coordinator times the transaction out and fences the producer.
 
         Transient errors and timeouts: a new producer with the same transactional id (its
-        InitProducerId completes or aborts the failed transaction, so a retry never doubles an
-        effect that matters: entries are keyed, results carry a stable ``result_id``), up to
+        InitProducerId completes or aborts the failed transaction; one that completed is not
+        written again, see below; entries are keyed, results carry a stable ``result_id``), up to
         ``_TXN_ATTEMPTS``; then :class:`TransactionFailed`. Fencing: :class:`Fenced`.
 
         A new producer fences whoever holds the transactional id now, and that may be the
