@@ -46,6 +46,7 @@ from processor.core.events import (
 from processor.kafka.background import BackgroundLoop
 from processor.kafka.clients import admin_client, committed_reader, stop_consumer
 from processor.kafka.partitioner import partition_for
+from processor.kafka.topics import described as described_topics
 from processor.settings import Settings
 
 __all__ = [
@@ -172,7 +173,7 @@ class OutcomeFollower:
     async def start(self) -> None:
         """Assign every partition of the four topics and take their end offsets."""
         async with admin_client(self.settings) as admin:
-            described = await admin.describe_topics(list(self._topics))
+            described = await described_topics(admin, self._topics)
         tps = [
             TopicPartition(info["topic"], part["partition"])
             for info in described

@@ -32,7 +32,7 @@ from processor.executor.executor_state import (
     OwnedPartition,
     TransactionFailed,
 )
-from processor.executor.records import ExecutionEntry
+from processor.executor.records import ExecutionEntry, decode_entry
 from processor.kafka import hanging
 from processor.kafka.clients import discard_producer, settle_unawaited
 from processor.kafka.owner_fence import OwnerFence
@@ -154,8 +154,8 @@ class PartitionWriter:
         until the coordinator times the transaction out and fences the producer.
 
         Transient errors and timeouts: a new producer with the same transactional id (its
-        InitProducerId completes or aborts the failed transaction, so a retry never doubles an
-        effect that matters: entries are keyed, results carry a stable ``result_id``), up to
+        InitProducerId completes or aborts the failed transaction; one that completed is not
+        written again, see below; entries are keyed, results carry a stable ``result_id``), up to
         ``_TXN_ATTEMPTS``; then :class:`TransactionFailed`. Fencing: :class:`Fenced`.
 
         A new producer fences whoever holds the transactional id now, and that may be the
@@ -165,10 +165,17 @@ class PartitionWriter:
         consumer learns of the rebalance only at its next poll). Writing its stale ends and
         claims then would report a call twice and run one twice (chaos seeds 22 and 23). So
         once a retry has its new producer, the ledger partition is read again
-        (:meth:`_owned_by_another`): an entry of another member that this one does not hold as it
+        (:meth:`_still_ours`): an entry of another member that this one does not hold as it
         is means the partition was owned by another meanwhile, and this member gives it up
         (:class:`Fenced`: nothing of it is written; the next owner reports its claims
         ``unknown``, never run again).
+
+        The ledger read again also tells whether the failed attempt committed after all (its
+        commit timed out on this side but reached the coordinator, whose decision the new
+        producer's fence waited for): when every ledger entry the attempt wrote is there as
+        written, the attempt is done and is not written again. Before, the retry wrote the same
+        ends a second time: a call reported twice by the same member (chaos seed 22, a broker
+        down while ends were committed).
         """
         offset = next_offset if next_offset is not None else owned.pending_offset
         for attempt in range(1, _TXN_ATTEMPTS + 1):
@@ -191,17 +198,18 @@ class PartitionWriter:
                     )
                     await asyncio.sleep(min(2.0, 0.2 * attempt))
                     continue
-                was_in_doubt = owned.in_doubt
                 owned.discarded = owned.in_doubt = False
-                ledger = await self._ledger_now(owned)
-                if ledger is None or self._owned_by_another(owned, ledger):
+                ledger = await self._still_ours(owned)
+                if ledger is None:
                     owned.lost = True
                     await discard_producer(owned.producer)
                     raise Fenced
-                if was_in_doubt and self._written(outputs, ledger):
-                    # the failed attempt's commit went through: writing it again would report
-                    # the calls twice (chaos seed 22 on three brokers)
-                    self._committed(owned, offset)
+                if self._committed_before(ledger, outputs):
+                    log.info(
+                        "executor transaction: the failed attempt had committed; not written again",
+                        extra=fields(partition=owned.partition, attempt=attempt),
+                    )
+                    self._done(owned, offset)
                     return
             producer = owned.producer
             try:
@@ -223,21 +231,38 @@ class PartitionWriter:
                 owned.discarded = True  # the next attempt starts with a new producer
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
                 continue
-            self._committed(owned, offset)
+            self._done(owned, offset)
             return
         raise TransactionFailed
 
-    def _committed(self, owned: OwnedPartition, offset: int | None) -> None:
+    @staticmethod
+    def _done(owned: OwnedPartition, offset: int | None) -> None:
         owned.sweeps.committed = True
         if offset is not None and offset >= (owned.pending_offset or 0):
             owned.pending_offset = None
 
-    async def _ledger_now(self, owned: OwnedPartition) -> dict[str, ExecutionEntry] | None:
-        """The partition's ledger read to its end now, or None when it cannot be read (fail
-        closed: the caller gives the partition up, to be taken again from the ledger)."""
+    def _committed_before(
+        self, ledger: dict[str, ExecutionEntry], outputs: list[OutRecord]
+    ) -> bool:
+        """Whether the ledger read after a new producer holds every ledger entry of ``outputs``
+        as written (so the failed attempt that wrote them committed). Outputs without a ledger
+        entry (an offset, refusals only) tell nothing: False, and they are written again."""
+        written = [
+            decode_entry(value)
+            for topic, _key, value, _partition, _headers in outputs
+            if topic == self.topics.executions and value is not None
+        ]
+        return bool(written) and all(ledger.get(e.dispatch_id) == e for e in written)
+
+    async def _still_ours(self, owned: OwnedPartition) -> dict[str, ExecutionEntry] | None:
+        """The partition's ledger read again, or None when another member wrote to it since
+        this one's view of it (``owned.entries``): every entry of another member must be one
+        this member holds, in the same state. A ledger that cannot be read now counts as
+        written by another (fail closed: the partition is given up and taken again from the
+        ledger)."""
         try:
             async with asyncio.timeout(self.settings.commit_timeout_seconds):
-                return await self._restore(owned.partition)
+                ledger = await self._restore(owned.partition)
         except (KafkaError, TimeoutError, ExecutionError, KafkaStepError) as exc:
             log.warning(
                 "executor transaction: the ledger could not be read after a new producer; "
@@ -245,26 +270,6 @@ class PartitionWriter:
                 extra=fields(partition=owned.partition, error=type(exc).__name__),
             )
             return None
-
-    def _written(self, outputs: list[OutRecord], ledger: dict[str, ExecutionEntry]) -> bool:
-        """Whether the ledger holds every ledger entry of ``outputs`` as written: the
-        transaction that carried them committed. False when they hold none (nothing tells)."""
-        entries = [
-            ExecutionEntry.model_validate_json(value)
-            for topic, _key, value, _partition, _headers in outputs
-            if topic == self.topics.executions
-        ]
-        return bool(entries) and all(
-            (held := ledger.get(entry.dispatch_id)) is not None
-            and (held.state, held.executor_id, held.ts)
-            == (entry.state, entry.executor_id, entry.ts)
-            for entry in entries
-        )
-
-    def _owned_by_another(self, owned: OwnedPartition, ledger: dict[str, ExecutionEntry]) -> bool:
-        """Whether another member wrote to the partition's ledger since this one's view of it
-        (``owned.entries``): an entry of another member this one does not hold, in its
-        state."""
         for dispatch_id, entry in ledger.items():
             if entry.executor_id == self.executor_id:
                 continue  # this member's own, written or in doubt
@@ -279,8 +284,8 @@ class PartitionWriter:
                         state=entry.state.value,
                     ),
                 )
-                return True
-        return False
+                return None
+        return ledger
 
     async def one_transaction(
         self,

@@ -38,19 +38,24 @@ new topics get replication factor 3 on a cluster of three or more brokers, else 
 broker; topics of replication 3 or more get ``min.insync.replicas=2`` unless the settings name
 another, so one broker may fail without stopping writes and an acknowledged write (``acks=all``)
 is on two brokers. Below 3 replicas the broker's own ``min.insync.replicas`` applies.
+
+Metadata and config requests (:func:`described`) go to a broker aiokafka picks at random among
+those the cluster lists; a broker that is down stays listed until the controller fences it
+(seconds), so such a request is asked again of another pick when the one picked does not answer
+(issue 39: two executors exited 69 at start with one node of three down).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import for_code
+from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, for_code
 
 from processor.core.errors import ConfigurationError, Described
 from processor.kafka.clients import admin_client
@@ -66,6 +71,10 @@ SHOWN_CONFIGS: Final = (
 
 _TOPIC_ALREADY_EXISTS: Final = 36
 _UNKNOWN_TOPIC: Final = 3
+# picks of a random broker for one request; with one broker of three down all fail 1 in 729
+ANY_BROKER_ATTEMPTS: Final = 6
+
+_T = TypeVar("_T")
 
 
 class TopicLayoutError(Described, ConfigurationError):
@@ -223,11 +232,32 @@ def smallest_message_limit(
     return min(limits, default=None)
 
 
+async def _of_any_broker(ask: Callable[[], Awaitable[_T]]) -> _T:
+    """``ask()``, a request aiokafka's admin client sends to a broker picked at random, asked
+    again (up to :data:`ANY_BROKER_ATTEMPTS` picks) while the picked broker does not answer; the
+    last failure is raised (all brokers down: the caller's unreachable-broker error)."""
+    attempt = 1
+    while True:
+        try:
+            return await ask()
+        except (NodeNotReadyError, KafkaConnectionError):
+            if attempt >= ANY_BROKER_ATTEMPTS:
+                raise
+        await asyncio.sleep(0.05 * attempt)
+        attempt += 1
+
+
+async def described(admin: AIOKafkaAdminClient, topics: Iterable[str]) -> list[Any]:
+    """``admin.describe_topics(topics)`` from any broker that answers (see the module's text)."""
+    names = list(topics)
+    return await _of_any_broker(lambda: admin.describe_topics(names))
+
+
 async def describe_topics(settings: Settings, admin: AIOKafkaAdminClient) -> dict[str, TopicState]:
     """Role → what the cluster knows about that topic (missing topics have no partitions)."""
     names = settings.topics.all()
-    described = await admin.describe_topics(list(names.values()))
-    by_name = {t["topic"]: t for t in described}
+    found = await described(admin, names.values())
+    by_name = {t["topic"]: t for t in found}
     configs = await _configs(admin, [n for n in names.values() if _exists(by_name.get(n))])
     states: dict[str, TopicState] = {}
     for role, name in names.items():
@@ -307,12 +337,11 @@ async def _wait_for_leaders(
 ) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        described = await admin.describe_topics(list(topics))
         ready = all(
             not t["error_code"]
             and len(t["partitions"]) >= topics[t["topic"]]
             and all(p["leader"] >= 0 for p in t["partitions"])
-            for t in described
+            for t in await described(admin, topics)
         )
         if ready:
             return
@@ -324,8 +353,8 @@ async def _wait_for_leaders(
 async def partition_counts(settings: Settings, topics: Iterable[str]) -> dict[str, int]:
     """The partition count of each of ``topics`` that exists (missing ones are left out)."""
     async with admin_client(settings) as admin:
-        described = await admin.describe_topics(list(topics))
-    return {t["topic"]: len(t["partitions"]) for t in described if _exists(t)}
+        found = await described(admin, topics)
+    return {t["topic"]: len(t["partitions"]) for t in found if _exists(t)}
 
 
 async def partition_count(settings: Settings, topic: str) -> int | None:
@@ -341,9 +370,8 @@ async def _configs(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, di
     if not names:
         return {}
     wanted = dict.fromkeys(SHOWN_CONFIGS)
-    responses = await admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, n, dict(wanted)) for n in names]
-    )
+    resources = [ConfigResource(ConfigResourceType.TOPIC, n, dict(wanted)) for n in names]
+    responses = await _of_any_broker(lambda: admin.describe_configs(resources))
     out: dict[str, dict[str, str]] = {}
     for response in responses:
         for error_code, _msg, _type, name, entries in response.resources:

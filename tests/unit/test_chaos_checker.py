@@ -428,6 +428,21 @@ def test_a_kill_is_told_with_the_batch_of_claims_it_landed_on() -> None:
     }
 
 
+def test_a_member_faulted_again_holds_none_of_what_the_last_fault_left() -> None:
+    """A stopped member keeps its id and pid: the batch another member reported ``unknown``
+    after the first fault is not held at the second (a term, nothing claimed since)."""
+    parts, stop = _batch_killed()
+    stop.kind = FaultKind.STOP
+    term = Fault(FaultKind.TERM, 60.0, 0, happened_at=120.0, worker="x0-1", role="executor")
+    term.pid = 11
+    verdict = judge_executions(*parts, GROUP, None, [stop, term])
+    assert verdict.ok, verdict.summary()
+    assert [(f["kind"], f["claims_open"], f["in_flight"]) for f in verdict.at_faults] == [
+        ("stop", 5, 3),
+        ("term", 0, 0),
+    ]
+
+
 def test_peak_running_counts_one_process_s_handlers_at_once() -> None:
     effects = [
         {"pid": 1, "at": 0.0, "ends": 0.5},
