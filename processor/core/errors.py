@@ -28,6 +28,8 @@
     ├── KafkaStepError          a Kafka step that did not complete: retried, or the partition
     │   │                       handed over (runtime; never an exit on its own)          [70]
     │   ├── TransactionFailed       a batch's transaction did not commit, or is in doubt
+    │   ├── Fenced                  an executor's partition producer fenced: another owns it
+    │   │   └── EndsUnrecorded          a claimed call's end unwritten for rounds: retaken
     │   ├── TransactionHeld         a task's own open transactions it may not end
     │   ├── HangingError            a DescribeProducers/WriteTxnMarkers request failed
     │   └── BarrierTimeout          control or the ledger not read to its end in time

@@ -30,7 +30,8 @@ The executor's branch of the error tree (:mod:`processor.core.errors`)::
     ExecutionError
     ├── ExecutionFailed     a handler's clean, reportable failure (``failed``, with its code)
     ├── OutcomeUnknown      a handler that cannot tell whether it acted (``unknown``)
-    └── ExecutorStalled     the loop made no progress for its stall timeout (the process exits)
+    ├── ExecutorStalled     the loop made no progress for its stall timeout (the process exits)
+    └── Stopping            the executor is stopping: the record in hand is left unacknowledged
 
 A handler returns a small JSON object for the result record (or ``None``), or raises
 :class:`ExecutionFailed` with a code for a clean failure, or :class:`OutcomeUnknown` when it
