@@ -71,10 +71,12 @@ class Backlog:
         for tp, records in leftover.items():
             self._queues.setdefault(tp, deque()).extendleft(reversed(records))
 
-    def drop(self, tp: TopicPartition) -> None:
+    def drop(self, tp: TopicPartition) -> int | None:
         """Forget the partition's records: it is sought back, revoked or lost, and what is
-        decided next comes from the consumer's position."""
-        self._queues.pop(tp, None)
+        decided next comes from the consumer's position. Returns the first offset it held (the
+        consumer's position is past it: a partition kept must be sought back there), or None."""
+        queue = self._queues.pop(tp, None)
+        return queue[0].offset if queue else None
 
     def to_pause(self) -> list[TopicPartition]:
         """Partitions now full and not paused here yet (they are marked paused)."""

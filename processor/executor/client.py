@@ -267,6 +267,7 @@ class ExecutorClient:
             consumer=lambda: self._consumer,
             admin=lambda: self._admin,
             forget=self._backlog.drop,
+            give_back=lambda tp: self._rewind(tp, None),
         )
 
     def _new_fence(self) -> FenceState:
@@ -287,12 +288,13 @@ class ExecutorClient:
             verifier=self._verifier, canonical_tool=canonical, switch_names=switch_names
         )
 
-    def _rewind(self, tp: TopicPartition, offset: int) -> None:
-        """Seek the consumer back to ``offset``: what the backlog holds of the partition is
-        forgotten (fetched again from there)."""
-        self._backlog.drop(tp)
+    def _rewind(self, tp: TopicPartition, offset: int | None) -> None:
+        """Seek the consumer back to ``offset`` (None: to the first record the backlog holds
+        of the partition, if any): what the backlog holds of it is forgotten, fetched again."""
+        held = self._backlog.drop(tp)
+        offset = held if offset is None else offset
         consumer = self._consumer
-        if consumer is not None:
+        if consumer is not None and offset is not None:
             with contextlib.suppress(Exception):  # revoked meanwhile: the next owner's
                 consumer.seek(tp, offset)
 
@@ -333,6 +335,10 @@ class ExecutorClient:
         if consumer is None:
             return []
         return sorted(tp.partition for tp in consumer.paused())
+
+    def records_in_hand(self) -> int:
+        """Dispatch records fetched and not decided yet (the backlog), across partitions."""
+        return len(self._backlog)
 
     def seconds_since_progress(self) -> float:
         """Seconds since the loop last made progress (handlers running do not hold it up)."""

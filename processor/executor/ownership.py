@@ -76,7 +76,8 @@ class Ownership:
         stopping: asyncio.Event,
         consumer: Callable[[], AIOKafkaConsumer | None],
         admin: Callable[[], AIOKafkaConsumer | None],
-        forget: Callable[[TopicPartition], None],
+        forget: Callable[[TopicPartition], object],
+        give_back: Callable[[TopicPartition], None],
     ) -> None:
         self.settings = settings
         self.topics = settings.topics
@@ -88,7 +89,10 @@ class Ownership:
         self._stopping = stopping
         self._consumer = consumer
         self._admin = admin
-        self._forget = forget  # what was fetched of a partition and not decided: dropped
+        # what was fetched of a partition and not decided: dropped (a rebalance: the next
+        # position is the committed offset), or given back (the consumer sought back to it)
+        self._forget = forget
+        self._give_back = give_back
         self.owned: dict[int, OwnedPartition] = {}
         self.retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
         self.lock = asyncio.Lock()
@@ -359,7 +363,7 @@ class Ownership:
         owned.lost = True
         owned.resume_at = resume_at
         tp = TopicPartition(self.topics.dispatch, owned.partition)
-        self._forget(tp)
+        self._give_back(tp)  # records in hand and undecided: fetched again once taken back
         delay = self.settings.session_timeout_ms / 1000
         log.warning(
             "fenced on a dispatch partition; taking it again unless a rebalance moves it",

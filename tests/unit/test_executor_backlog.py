@@ -37,7 +37,8 @@ def test_what_is_not_decided_comes_back_first_in_offset_order() -> None:
 def test_a_dropped_partition_is_forgotten_and_the_others_kept() -> None:
     backlog = Backlog(high=100)
     backlog.add({P0: _records(P0, range(3)), P1: _records(P1, range(3))})
-    backlog.drop(P0)
+    assert backlog.drop(P0) == 0  # where a partition kept must be sought back to
+    assert backlog.drop(P0) is None
     assert backlog.size(P0) == 0 and backlog.size(P1) == 3
     assert not backlog.ready(lambda tp: tp == P0) and backlog.ready(lambda tp: True)
 
