@@ -1,17 +1,19 @@
-"""The executor's claimer: a fetch's dispatch records from decoding to claims, side by side.
+"""The executor's claimer: a round of records in hand, from decoding to claims, side by side.
 
-Owns :class:`Claimer` and ``claim_fetch`` (steps 1-5 of :mod:`processor.executor.client` for
-every record of one fetch): decode, skip another group's tools and what the ledger already holds,
-ONE fence for all the calls of the fetch (:class:`~processor.executor.fencing.CallGate`: one
-barrier read per control partition), ONE transaction per dispatch partition
-(:class:`~processor.executor.transactions.PartitionWriter`) that claims every call that passed
-it, refuses the others and commits the offset past the records (with the ends of calls that
-finished meanwhile), the fence again right before the handlers start (shared by the calls that
-start together), then the handlers (:class:`~processor.executor.running.Runner`). It claims only
-what can start now: at most as many calls as there are free in-flight slots; the records after
-them are fetched again. Also skipped records (their offset goes with the next transaction),
-refusals (:class:`~processor.executor.outputs.OutputRecords`), and ``unknown`` for claims a
-previous owner left unfinished (``record_unknown``: one transaction for all of them).
+Owns :class:`Claimer` and ``claim_fetch`` (steps 1-5 of :mod:`processor.executor.client` for the
+records the backlog hands it, each partition's in offset order): decode, skip another group's
+tools and what the ledger already holds, ONE fence for all the calls of the round
+(:class:`~processor.executor.fencing.CallGate`: one barrier read per control partition), ONE
+transaction per dispatch partition (:class:`~processor.executor.transactions.PartitionWriter`)
+that claims every call that passed it, refuses the others and commits the offset past the
+records decided (with the ends of calls that finished meanwhile), then the claimed calls wait
+for slots and start (:class:`~processor.executor.running.Runner`, the fence read again right
+before). It claims at most as many calls as may be claimed now (the free slots plus the
+claim-ahead, :meth:`InFlight.claimable <processor.executor.inflight.InFlight.claimable>`);
+the records after them go back to the backlog (``Fetched.leftover``). Also skipped records
+(their offset goes with the next transaction), refusals
+(:class:`~processor.executor.outputs.OutputRecords`), and ``unknown`` for claims a previous
+owner left unfinished (``record_unknown``: one transaction for all of them).
 
 Must not touch partition ownership or the consumer loop (:mod:`processor.executor.ownership`,
 :mod:`processor.executor.client`)."""

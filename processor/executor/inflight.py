@@ -51,7 +51,7 @@ class InFlight:
         """Run ``work`` (one call's handler and its outcome) in a slot of its own."""
         if not self.free():
             work.close()
-            raise RuntimeError("no free in-flight slot: claim only what can start now")
+            raise RuntimeError("no free in-flight slot: a claimed call waits for one (Runner)")
         task = asyncio.create_task(work)
         self.tasks.add(task)
         self.peak = max(self.peak, len(self.tasks))
