@@ -32,7 +32,7 @@ from processor.executor.executor_state import (
     OwnedPartition,
     TransactionFailed,
 )
-from processor.executor.records import ExecutionEntry, decode_entry
+from processor.executor.records import EntryState, ExecutionEntry, decode_entry
 from processor.kafka import hanging
 from processor.kafka.clients import discard_producer, settle_unawaited
 from processor.kafka.owner_fence import OwnerFence
@@ -199,7 +199,7 @@ class PartitionWriter:
                     await asyncio.sleep(min(2.0, 0.2 * attempt))
                     continue
                 owned.discarded = owned.in_doubt = False
-                ledger = await self._still_ours(owned)
+                ledger = await self._still_ours(owned, outputs)
                 if ledger is None:
                     owned.lost = True
                     await discard_producer(owned.producer)
@@ -254,10 +254,15 @@ class PartitionWriter:
         ]
         return bool(written) and all(ledger.get(e.dispatch_id) == e for e in written)
 
-    async def _still_ours(self, owned: OwnedPartition) -> dict[str, ExecutionEntry] | None:
+    async def _still_ours(
+        self, owned: OwnedPartition, outputs: list[OutRecord]
+    ) -> dict[str, ExecutionEntry] | None:
         """The partition's ledger read again, or None when another member wrote to it since
         this one's view of it (``owned.entries``): every entry of another member must be one
-        this member holds, in the same state. A ledger that cannot be read now counts as
+        this member holds, in the same state; an entry under this member's own id must be one
+        it holds (its claim, or the state it holds; ``claimed`` while its end waits to be
+        written) or one of ``outputs`` (the attempt in doubt). So two members given the same
+        ``--executor-id`` are not taken for one. A ledger that cannot be read now counts as
         written by another (fail closed: the partition is given up and taken again from the
         ledger)."""
         try:
@@ -270,10 +275,25 @@ class PartitionWriter:
                 extra=fields(partition=owned.partition, error=type(exc).__name__),
             )
             return None
+        attempted = {
+            (written.dispatch_id, written.state)
+            for written in (
+                decode_entry(value)
+                for topic, _key, value, _partition, _headers in outputs
+                if topic == self.topics.executions and value is not None
+            )
+        }
         for dispatch_id, entry in ledger.items():
-            if entry.executor_id == self.executor_id:
-                continue  # this member's own, written or in doubt
             held = owned.entries.get(dispatch_id)
+            if entry.executor_id == self.executor_id and (
+                (dispatch_id, entry.state) in attempted  # the attempt in doubt, committed
+                or (
+                    held is not None
+                    and held.executor_id == self.executor_id
+                    and entry.state in (held.state, EntryState.CLAIMED)
+                )
+            ):
+                continue  # this member's own
             if held is None or (held.executor_id, held.state) != (entry.executor_id, entry.state):
                 log.warning(
                     "another member owned this dispatch partition meanwhile; giving it up",

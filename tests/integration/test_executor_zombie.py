@@ -60,11 +60,11 @@ class _OneFailedCommit(ExecutorClient):
         self.writer.one_transaction = once  # type: ignore[method-assign]
 
 
-async def _take_as_another_member(rt: Runtime, group: str) -> None:
+async def _take_as_another_member(rt: Runtime, group: str, member: str) -> None:
     """What another member's take writes: the transactional id fenced, the open claim
-    reported ``unknown`` by that member."""
+    reported ``unknown`` by that member (``member``: its executor id)."""
     [claim] = [e for e in await ledger(rt) if e.state == "claimed"]
-    outputs = OutputRecords(rt.topics, group, "the-new-owner", time.time)
+    outputs = OutputRecords(rt.topics, group, member, time.time)
     _finals, records = outputs.unknowns([claim], "executor_interrupted")
     producer = AIOKafkaProducer(
         **rt.settings.kafka_client_kwargs(), transactional_id=f"{group}.executor.0"
@@ -81,9 +81,12 @@ async def _take_as_another_member(rt: Runtime, group: str) -> None:
         await producer.stop()
 
 
+@pytest.mark.parametrize("same_id", [False, True], ids=["another-id", "the-same-id"])
 async def test_a_member_that_slept_past_its_partition_writes_nothing_of_it(
-    runtime: Runtime,
+    runtime: Runtime, same_id: bool
 ) -> None:
+    """``the-same-id``: the other member was given the same ``--executor-id`` (a
+    misconfiguration); its entry is still told from this member's own."""
     rt = runtime
     group = group_of(rt)
     release = asyncio.Event()
@@ -109,7 +112,8 @@ async def test_a_member_that_slept_past_its_partition_writes_nothing_of_it(
             return ran == [dispatch.dispatch_id]
 
         await wait_until(running, timeout=60, what="the call running")
-        await _take_as_another_member(rt, group)  # while this member "sleeps"
+        member = client.executor_id if same_id else "the-new-owner"
+        await _take_as_another_member(rt, group, member)  # while this member "sleeps"
         client.fail_next = True
         release.set()  # it wakes: its handler ends, its end's transaction fails, it retries
 
@@ -118,9 +122,9 @@ async def test_a_member_that_slept_past_its_partition_writes_nothing_of_it(
 
         await wait_until(settled, timeout=60, what="the partition given up")
         got = [(r.outcome.value, r.reason, r.executor_id) for r in await results(rt.settings)]
-        assert got == [("unknown", "executor_interrupted", "the-new-owner")]
+        assert got == [("unknown", "executor_interrupted", member)]
     finally:
         await executor.stop()
     assert [(r.outcome.value, r.executor_id) for r in await results(rt.settings)] == [
-        ("unknown", "the-new-owner")
+        ("unknown", member)
     ]
