@@ -102,11 +102,6 @@ class Runner:
         self._resume = resume
         self._clock = clock
 
-    @property
-    def waiting(self) -> int:
-        """Claimed calls waiting for a slot."""
-        return len(self._waiting)
-
     def waiting_in_order(self, owned: OwnedPartition) -> set[tuple[str, str]]:
         """The turns (tenant, turn id) of the partition's in-order calls claimed and not
         started yet (waiting, or being fenced to start)."""
