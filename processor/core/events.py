@@ -320,16 +320,31 @@ def _flat_value(annotation: Any) -> bool:
     return False
 
 
+def _flat_model(model: type[BaseModel]) -> bool:
+    """Whether ``model``'s ``__dict__`` dumps as ``model_dump(mode="json")``: every field a
+    flat value, none excluded, no extra fields, and no serializer or computed field."""
+    decorators = model.__pydantic_decorators__
+    return (
+        model.model_config.get("extra") != "allow"  # extra fields live outside ``__dict__``
+        and not decorators.field_serializers
+        and not decorators.model_serializers
+        and not model.model_computed_fields
+        and all(_flat_value(f.annotation) and not f.exclude for f in model.model_fields.values())
+    )
+
+
 def _flat_models() -> frozenset[type[BaseModel]]:
     records = [*get_args(get_args(InputEvent)[0]), *OUTPUT_TYPES]
-    return frozenset(
-        m for m in records if all(_flat_value(f.annotation) for f in m.model_fields.values())
-    )
+    return frozenset(m for m in records if _flat_model(m))
 
 
 _FLAT: Final = _flat_models()
 """Record types whose ``__dict__`` orjson encodes exactly as ``model_dump(mode="json")`` would
 (no nested model, date or path): the worker encodes four of them per call."""
+
+_FLAT_BY_TYPE: Final[dict[type[BaseModel], bool]] = dict.fromkeys(_FLAT, True)
+""":data:`_FLAT`, and every other record type :func:`encode` met, judged once (the executor's
+ledger entries and results are flat too: three encodings per executed call)."""
 
 
 _OMITTED_WHEN_NULL: Final = "namespace"
@@ -348,7 +363,10 @@ def encode(record: BaseModel) -> bytes:
     """
     fields = record.__dict__
     omit = _OMITTED_WHEN_NULL in fields and fields[_OMITTED_WHEN_NULL] is None
-    if type(record) in _FLAT:
+    flat = _FLAT_BY_TYPE.get(type(record))
+    if flat is None:
+        flat = _FLAT_BY_TYPE[type(record)] = _flat_model(type(record))
+    if flat:
         if omit:
             fields = {k: v for k, v in fields.items() if k != _OMITTED_WHEN_NULL}
         try:

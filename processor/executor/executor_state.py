@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from aiokafka import AIOKafkaProducer
 
@@ -33,6 +33,7 @@ from processor.core.events import Dispatch
 from processor.executor.fence import Refusal, Requirements
 from processor.executor.handlers import Call, Registration
 from processor.executor.records import ExecutionEntry, ExecutionOutcome
+from processor.kafka.codec import Outbound
 from processor.kafka.hanging import SweepSchedule
 from processor.observability import metrics
 from processor.observability.logging import fields
@@ -58,8 +59,8 @@ DEFAULT_GROUP: Final = "toolcall-executors"
 
 log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
 
-OutRecord = tuple[str, bytes, bytes, int | None, list[tuple[str, bytes]]]
-"""One record to write: topic, key, value, partition (None: by key), headers."""
+OutRecord = Outbound
+"""One record to write: topic, key, value, headers, partition (None: by key)."""
 
 
 @dataclass
@@ -89,10 +90,24 @@ class Tally:
     """The outcomes and skips of one executor: its :class:`ExecutorStats` and the metrics."""
 
     stats: ExecutorStats = field(default_factory=ExecutorStats)
+    # the metrics' children by labels, looked up once each (``labels()`` costs a lock and a
+    # tuple per call); bounded as the labels are (metrics.py)
+    _outcomes: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    _durations: dict[str, Any] = field(default_factory=dict)
 
     def outcome(self, tool: str, outcome: ExecutionOutcome, reason: str | None) -> None:
         self.stats.count(outcome.value)
-        metrics.EXECUTOR_OUTCOMES.labels(tool, outcome.value, reason or "").inc()
+        labels = (tool, outcome.value, reason or "")
+        child = self._outcomes.get(labels)
+        if child is None:
+            child = self._outcomes[labels] = metrics.EXECUTOR_OUTCOMES.labels(*labels)
+        child.inc()
+
+    def handler_duration(self, tool: str, seconds: float) -> None:
+        child = self._durations.get(tool)
+        if child is None:
+            child = self._durations[tool] = metrics.EXECUTOR_HANDLER_DURATION.labels(tool)
+        child.observe(seconds)
 
     def skip(self, why: str) -> None:
         self.stats.skip(why)

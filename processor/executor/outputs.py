@@ -3,7 +3,7 @@
 Owns :class:`OutputRecords`: the records of a call's claim, of its end (``succeeded``,
 ``failed``, ``unknown``), of a refusal (with what the user is told, :data:`REFUSAL_VIEW`) and of
 the ``unknown`` outcome of a claim a previous owner left unfinished. Each record is an
-:data:`~processor.executor.executor_state.OutRecord` (topic, key, value, partition, headers) for
+:data:`~processor.executor.executor_state.OutRecord` (topic, key, value, headers, partition) for
 :class:`~processor.executor.transactions.PartitionWriter` to write in a transaction; this module
 only builds them (pure, given the clock), and never puts an argument value in any of them.
 
@@ -26,6 +26,7 @@ from processor.executor.records import (
     ExecutionResult,
     entry_key,
 )
+from processor.kafka.codec import Outbound
 from processor.settings import TopicNames
 
 __all__ = ["REFUSAL_VIEW", "UNKNOWN_VIEW", "OutputRecords", "Refused"]
@@ -91,10 +92,10 @@ class OutputRecords:
 
     def entry(self, entry: ExecutionEntry) -> OutRecord:
         key = entry_key(entry.group, entry.dispatch_id)
-        return (self.topics.executions, key, encode(entry), entry.dispatch_partition, [])
+        return Outbound(self.topics.executions, key, encode(entry), [], entry.dispatch_partition)
 
     def result(self, result: ExecutionResult, headers: list[tuple[str, bytes]]) -> OutRecord:
-        return (self.topics.results, _turn_key(result.key), encode(result), None, headers)
+        return Outbound(self.topics.results, _turn_key(result.key), encode(result), headers)
 
     def status(
         self,
@@ -114,7 +115,7 @@ class OutputRecords:
             message=message,
             ts=self.clock(),
         )
-        return (self.topics.status, _turn_key(key), encode(status), None, headers)
+        return Outbound(self.topics.status, _turn_key(key), encode(status), headers)
 
     def claim(self, dispatch: Dispatch, where: tuple[int, int]) -> ExecutionEntry:
         """The ``claimed`` ledger entry of a call (``where``: dispatch partition and offset)."""

@@ -123,8 +123,18 @@ class ExecutionResult(CallRecord):
         ts: float,
         **details: Unpack[ResultDetails],
     ) -> ExecutionResult:
-        entry = ExecutionEntry.for_dispatch(dispatch, group, executor_id, EntryState.CLAIMED, ts)
-        return cls.from_entry(entry, outcome=outcome, executor_id=executor_id, ts=ts, **details)
+        return cls._of(
+            dispatch,
+            dispatch.dispatch_id,
+            tool=dispatch.tool,
+            namespace=dispatch.namespace,
+            tool_version=dispatch.tool_version,
+            group=group,
+            executor_id=executor_id,
+            outcome=outcome,
+            ts=ts,
+            details=details,
+        )
 
     @classmethod
     def from_entry(
@@ -136,18 +146,52 @@ class ExecutionResult(CallRecord):
         ts: float,
         **details: Unpack[ResultDetails],
     ) -> ExecutionResult:
+        return cls._of(
+            entry,
+            entry.dispatch_id,
+            tool=entry.tool,
+            namespace=entry.namespace,
+            tool_version=entry.tool_version,
+            group=entry.group,
+            executor_id=executor_id,
+            outcome=outcome,
+            ts=ts,
+            details=details,
+        )
+
+    @classmethod
+    def _of(
+        cls,
+        call: CallRecord,
+        dispatch_id: str,
+        *,
+        tool: str,
+        namespace: str | None,
+        tool_version: str,
+        group: str,
+        executor_id: str,
+        outcome: ExecutionOutcome,
+        ts: float,
+        details: ResultDetails,
+    ) -> ExecutionResult:
+        """The result of the call ``call`` identifies (its key's fields read directly: no
+        intermediate key or entry on the per-call path)."""
         output = details.get("output")
         detail = details.get("detail", "")
         if output is not None and len(orjson.dumps(output)) > MAX_OUTPUT_BYTES:
             output, detail = None, detail or "output_too_large"
         return cls(
-            **entry.key.model_dump(),
-            result_id=stable_id("result", entry.group, entry.dispatch_id),
-            dispatch_id=entry.dispatch_id,
-            tool=entry.tool,
-            namespace=entry.namespace,
-            tool_version=entry.tool_version,
-            executor_group=entry.group,
+            tenant=call.tenant,
+            turn_id=call.turn_id,
+            response_id=call.response_id,
+            item_id=call.item_id,
+            call_id=call.call_id,
+            result_id=stable_id("result", group, dispatch_id),
+            dispatch_id=dispatch_id,
+            tool=tool,
+            namespace=namespace,
+            tool_version=tool_version,
+            executor_group=group,
             executor_id=executor_id,
             outcome=outcome,
             reason=details.get("reason"),
@@ -188,7 +232,11 @@ class ExecutionEntry(CallRecord):
         offset: int = -1,
     ) -> ExecutionEntry:
         return cls(
-            **dispatch.key.model_dump(),
+            tenant=dispatch.tenant,
+            turn_id=dispatch.turn_id,
+            response_id=dispatch.response_id,
+            item_id=dispatch.item_id,
+            call_id=dispatch.call_id,
             group=group,
             dispatch_id=dispatch.dispatch_id,
             state=state,

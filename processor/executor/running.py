@@ -18,6 +18,7 @@ Must not claim, fence or consume: it runs a call that :mod:`processor.executor.c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -45,7 +46,7 @@ from processor.executor.inflight import InFlight
 from processor.executor.outputs import OutputRecords
 from processor.executor.records import ExecutionEntry, ExecutionOutcome, ExecutionResult
 from processor.kafka.codec import traceparent_of
-from processor.observability import metrics, tracing
+from processor.observability import tracing
 from processor.observability.logging import fields
 from processor.settings import Settings
 
@@ -293,24 +294,29 @@ class Runner:
         claim: ExecutionEntry,
     ) -> None:
         """The call's handler and outcome in the ``process`` span of its dispatch record (a
-        child of the record's ``traceparent``; the ``execute`` span is the handler's own)."""
+        child of the record's ``traceparent``; the ``execute`` span is the handler's own).
+        With nothing recording spans (no OpenTelemetry SDK installed), no span: it would only
+        carry the record's context on, and the handler has it as ``Call.traceparent``."""
         dispatch = running.dispatch
-        attributes = tracing.kafka_attributes(
-            self.topics.dispatch,
-            "process",
-            key=dispatch.key.turn_key,
-            partition=owned.partition,
-            offset=claim.dispatch_offset,
-            group=self.group,
-        )
         try:
+            if not tracing.recording():
+                await self._run(owned, running, headers, registration, claim, traced=False)
+                return
+            attributes = tracing.kafka_attributes(
+                self.topics.dispatch,
+                "process",
+                key=dispatch.key.turn_key,
+                partition=owned.partition,
+                offset=claim.dispatch_offset,
+                group=self.group,
+            )
             with tracing.span(
                 f"process {self.topics.dispatch}",
                 "consumer",
                 attributes,
                 traceparent=traceparent_of(headers),
             ):
-                await self._run(owned, running, headers, registration, claim)
+                await self._run(owned, running, headers, registration, claim, traced=True)
         finally:
             owned.calls.pop(running.dispatch.dispatch_id, None)
 
@@ -321,6 +327,8 @@ class Runner:
         headers: list[tuple[str, bytes]],
         registration: Registration,
         claim: ExecutionEntry,
+        *,
+        traced: bool,
     ) -> None:
         dispatch, call = running.dispatch, running.call
         started_at = self._clock()
@@ -331,8 +339,15 @@ class Runner:
         detail = ""
         output: dict[str, Any] | None = None
         try:
-            attributes = {"toolcall.tool": dispatch.tool, "toolcall.dispatch_id": call.dispatch_id}
-            with tracing.span(f"execute {dispatch.tool}", "internal", attributes):
+            with contextlib.ExitStack() as span:
+                if traced:
+                    attributes = {
+                        "toolcall.tool": dispatch.tool,
+                        "toolcall.dispatch_id": call.dispatch_id,
+                    }
+                    span.enter_context(
+                        tracing.span(f"execute {dispatch.tool}", "internal", attributes)
+                    )
                 async with asyncio.timeout(registration.timeout_seconds) as deadline:
                     returned = await registration.handler(call)
             output, detail = _as_output(returned)
@@ -363,8 +378,9 @@ class Runner:
                 "handler_exception",
                 type(exc).__name__,
             )
-        metrics.EXECUTOR_HANDLER_DURATION.labels(dispatch.tool).observe(time.monotonic() - began)
-        tracing.annotate({"toolcall.outcome": outcome.value, "toolcall.reason": reason or ""})
+        self._tally.handler_duration(dispatch.tool, time.monotonic() - began)
+        if traced:
+            tracing.annotate({"toolcall.outcome": outcome.value, "toolcall.reason": reason or ""})
         now = self._clock()
         result = ExecutionResult.for_dispatch(
             dispatch,

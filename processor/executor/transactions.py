@@ -34,6 +34,7 @@ from processor.executor.executor_state import (
 )
 from processor.executor.records import EntryState, ExecutionEntry, decode_entry
 from processor.kafka import hanging
+from processor.kafka.batches import send_batched
 from processor.kafka.clients import discard_producer, settle_unawaited
 from processor.kafka.owner_fence import OwnerFence
 from processor.observability.logging import fields
@@ -103,6 +104,8 @@ class PartitionWriter:
                 acks="all",
                 transaction_timeout_ms=settings.transaction_timeout_ms,
                 max_request_size=settings.max_message_bytes,
+                # a transaction's records for one partition leave in one batch (send_batched)
+                max_batch_size=min(settings.producer_batch_bytes, settings.max_message_bytes),
             )
 
         async def partitions(client: Any) -> list[TopicPartition]:
@@ -249,7 +252,7 @@ class PartitionWriter:
         entry (an offset, refusals only) tell nothing: False, and they are written again."""
         written = [
             decode_entry(value)
-            for topic, _key, value, _partition, _headers in outputs
+            for topic, _key, value, _headers, _partition in outputs
             if topic == self.topics.executions and value is not None
         ]
         return bool(written) and all(ledger.get(e.dispatch_id) == e for e in written)
@@ -279,7 +282,7 @@ class PartitionWriter:
             (written.dispatch_id, written.state)
             for written in (
                 decode_entry(value)
-                for topic, _key, value, _partition, _headers in outputs
+                for topic, _key, value, _headers, _partition in outputs
                 if topic == self.topics.executions and value is not None
             )
         }
@@ -316,11 +319,9 @@ class PartitionWriter:
     ) -> None:
         """One attempt: begin, send ``outputs``, the offset, commit (``transact`` retries it)."""
         await producer.begin_transaction()
-        futures = [
-            await producer.send(topic, value=value, key=key, partition=partition, headers=headers)
-            for topic, key, value, partition, headers in outputs
-        ]
+        futures: list[asyncio.Future[Any]] = []
         try:
+            await send_batched(producer, outputs, futures)
             if offset is not None:
                 tp = TopicPartition(self.topics.dispatch, owned.partition)
                 await producer.send_offsets_to_transaction(

@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced
 from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from processor.core.errors import KafkaStepError
+from processor.kafka.batches import send_batched
 from processor.kafka.clients import discard_producer, settle_unawaited
 from processor.kafka.codec import Outbound
 from processor.settings import Settings
@@ -104,8 +104,8 @@ async def commit(
         async with asyncio.timeout(timeout):
             await producer.begin_transaction()  # 1
             began = True
-            await _send_all(producer, plan.outputs, futures)  # 2
-            last_change = await _send_all(producer, plan.changelog, changes)  # 3
+            await send_batched(producer, plan.outputs, futures)  # 2
+            last_change = await send_batched(producer, plan.changelog, changes)  # 3
             delivered = await asyncio.gather(*futures, *changes)  # 4
             if plan.offsets:  # 5
                 await producer.send_offsets_to_transaction(
@@ -131,46 +131,6 @@ async def commit(
     if changes:  # the changelog is one partition: its last batch holds its last record
         changelog_next = delivered[-1].offset + last_change
     return Committed(time.monotonic() - started, changelog_next)
-
-
-async def _send_all(
-    producer: AIOKafkaProducer, records: Sequence[Outbound], into: list[asyncio.Future[Any]]
-) -> int:
-    """Send the records as batches, one partition's records in their order; each batch's
-    delivery future goes into ``into`` as soon as it exists, so a failure part-way still
-    knows every future it must settle. Returns the record count of the last batch.
-
-    ``send_batch`` instead of one ``send`` per record: aiokafka's per-record path (metadata
-    wait, serialisation, partitioner, accumulator, a future per record) was a tenth of the
-    worker's CPU on a backlog (bench_worker_kafka.py). Keyed records without a partition get
-    the producer's own partitioner, as ``send`` would give them.
-
-    Each batch is closed before it is handed over: an open one waits ``linger_ms`` for more
-    records before it leaves (none would come: the step hands over every record at once)."""
-    by_tp: dict[tuple[str, int], list[Outbound]] = {}
-    known: set[str] = set()
-    for r in records:
-        partition = r.partition
-        if r.topic not in known:
-            await producer.partitions_for(r.topic)  # metadata, as send() waits for it
-            known.add(r.topic)
-        if partition is None:
-            partition = producer._partition(r.topic, None, None, None, r.key, r.value)
-        by_tp.setdefault((r.topic, partition), []).append(r)
-    count = 0
-    for (topic, partition), batch_records in by_tp.items():
-        batch, count = producer.create_batch(), 0
-        for r in batch_records:
-            while batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers) is None:
-                if not count:  # never: a batch takes any first record (a guard, not to drop one)
-                    raise MessageSizeTooLargeError(f"a {len(r.value or b'')} byte record")
-                batch.close()
-                into.append(await producer.send_batch(batch, topic, partition=partition))
-                batch, count = producer.create_batch(), 0
-            count += 1
-        batch.close()
-        into.append(await producer.send_batch(batch, topic, partition=partition))
-    return count
 
 
 def _classify(exc: BaseException) -> TransactionFailed:

@@ -1,9 +1,9 @@
 """The commit step hands each partition's records over as closed batches, in order.
 
-``transaction._send_all`` builds the batches itself (``send_batch``). Two aiokafka behaviours
-made that slow: an open batch waits ``linger_ms`` for records that will never come, and a second
-batch for a partition is accepted only once the first has left. So batches are closed when
-handed over, and the worker's producers (``transaction.producer_kwargs``) build batches of up to
+``processor.kafka.batches.send_batched`` builds the batches itself (``send_batch``). Two aiokafka
+behaviours made that slow: an open batch waits ``linger_ms`` for records that will never come, and
+a second batch for a partition is accepted only once the first has left. So batches are closed
+when handed over, and the worker's producers (``transaction.producer_kwargs``) build batches of up to
 ``producer_batch_bytes``: a step's records for one partition leave in one batch.
 
 Checked on the real broker: one closed batch per partition for a 500-record step; with a linger

@@ -164,7 +164,7 @@ class _OutcomesFail(ExecutorClient):
         async def failing(owned: Any, producer: Any, outputs: list[Any], offset: int | None) -> None:
             if self.failing and any(
                 topic == self.topics.results and b'"outcome":"succeeded"' in value
-                for topic, _key, value, _partition, _headers in outputs
+                for topic, _key, value, _headers, _partition in outputs
             ):
                 raise KafkaTimeoutError("injected: the cluster is gone")
             await attempt(owned, producer, outputs, offset)

@@ -131,7 +131,7 @@ class _CancelAfterClaim(ExecutorClient):
 
         async def then_cancel(owned: Any, outputs: list[Any], next_offset: int | None) -> None:
             await transact(owned, outputs, next_offset)
-            for _topic, _key, value, _p, _h in outputs:
+            for _topic, _key, value, _h, _p in outputs:
                 entry = orjson.loads(value)
                 if entry.get("state") == "claimed" and entry["turn_id"].startswith("race"):
                     await self.runtime.control(turn_cancelled(entry["tenant"], entry["turn_id"]))

@@ -72,7 +72,7 @@ async def _take_as_another_member(rt: Runtime, group: str, member: str) -> None:
     await producer.start()  # InitProducerId: the sleeping member's producer is fenced
     try:
         await producer.begin_transaction()
-        for topic, key, value, partition, headers in records:
+        for topic, key, value, headers, partition in records:
             await producer.send_and_wait(
                 topic, value, key=key, partition=partition, headers=headers
             )

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
 
 from processor.core import events
 from processor.core.assembler import Assembler
@@ -25,6 +25,12 @@ from processor.core.events import (
     UserState,
     encode,
     get_args,
+)
+from processor.executor.records import (
+    EntryState,
+    ExecutionEntry,
+    ExecutionOutcome,
+    ExecutionResult,
 )
 from tests.unit.scenario import Call, in_namespace, registry, turn_cancelled, turn_started
 
@@ -118,3 +124,72 @@ def test_fields_that_dump_differently_are_not_flat() -> None:
     assert not events._flat_value(Nested.model_fields["key"].annotation)
     assert not events._flat_value(Dated.model_fields["at"].annotation)
     assert all(events._flat_value(f.annotation) for f in Plain.model_fields.values())
+
+
+def _executor_records() -> list[BaseModel]:
+    """The executor's records of one call (bare and namespaced): its claim, its end and its
+    result, with and without an output."""
+    out: list[BaseModel] = []
+    for dispatch in [r for r in RECORDS if isinstance(r, events.Dispatch)]:
+        claim = ExecutionEntry.for_dispatch(
+            dispatch, "g", "e1", EntryState.CLAIMED, 1.5, partition=2, offset=7
+        )
+        out += [claim, claim.moved_to(EntryState.SUCCEEDED, "e1", 2.0)]
+        for output in (None, {"ok": True, "n": [1, 2.5, None, "x"]}):
+            out.append(
+                ExecutionResult.for_dispatch(
+                    dispatch,
+                    group="g",
+                    executor_id="e1",
+                    outcome=ExecutionOutcome.SUCCEEDED,
+                    ts=2.0,
+                    output=output,
+                    started_at=1.5,
+                )
+            )
+    return out
+
+
+def test_the_executors_records_take_the_direct_path_and_write_the_same_bytes() -> None:
+    records = _executor_records()
+    assert {r.namespace for r in records} == {None, "crm"}  # type: ignore[attr-defined]
+    for record in records:
+        assert events._flat_model(type(record)), type(record).__name__
+        assert encode(record) == general(record)
+
+
+def test_models_that_would_dump_otherwise_are_not_flat() -> None:
+    """A serializer, a computed field, an excluded field or extra fields change what
+    ``model_dump`` writes: such a model never takes the direct path."""
+    class Serialized(BaseModel):
+        name: str
+
+        @field_serializer("name")
+        def _upper(self, value: str) -> str:
+            return value.upper()
+
+    class Computed(BaseModel):
+        name: str
+
+        @computed_field  # type: ignore[prop-decorator]
+        @property
+        def size(self) -> int:
+            return len(self.name)
+
+    class Excluded(BaseModel):
+        name: str
+        secret: str = Field(exclude=True)
+
+    class Extra(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        name: str
+
+    made = [
+        Serialized(name="a"),
+        Computed(name="ab"),
+        Excluded(name="a", secret="s"),
+        Extra(name="a", more=1),  # type: ignore[call-arg]
+    ]
+    for record in made:
+        assert not events._flat_model(type(record)), type(record).__name__
+        assert encode(record) == general(record)
