@@ -66,6 +66,19 @@ class Backlog:
                 queue.clear()
         return taken
 
+    def take_one(
+        self, eligible: Callable[[TopicPartition], bool]
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Every waiting record of ONE ``eligible`` partition (a claim round of its own); the
+        partitions take turns: the one taken goes to the back of the line."""
+        for tp, queue in self._queues.items():
+            if queue and eligible(tp):
+                taken = {tp: list(queue)}
+                del self._queues[tp]  # back of the line (an empty queue, until records come)
+                self._queues[tp] = deque()
+                return taken
+        return {}
+
     def put_back(self, leftover: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """Records taken and not decided: at the front again, in offset order."""
         for tp, records in leftover.items():

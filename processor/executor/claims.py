@@ -51,7 +51,7 @@ from processor.executor.running import Runner
 from processor.executor.transactions import PartitionWriter
 from processor.observability.logging import fields
 
-__all__ = ["Claimer", "Fetched"]
+__all__ = ["Claimer", "Decided", "Fetched"]
 
 log = logging.getLogger("processor.executor.client")  # one logger for all the client's parts
 
@@ -97,6 +97,21 @@ class _Plan:
     leftover: list[ConsumerRecord] = field(default_factory=list)  # not decided: put back
 
 
+@dataclass
+class Decided:
+    """A claim round's records, decided up to the fence, and the slots its candidates hold."""
+
+    plans: list[_Plan]
+    in_flight: InFlight
+    held: int
+
+    def release(self) -> None:
+        """Give the held slots back (the claimed calls now wait in the queue, or the round
+        ended)."""
+        self.in_flight.reserved -= self.held
+        self.held = 0
+
+
 class Claimer:
     """Takes a fetch's dispatch records through skip, fence, claim, run or refusal."""
 
@@ -124,17 +139,18 @@ class Claimer:
         self._stopping = stopping
         self._in_flight: InFlight = runner.in_flight
 
-    async def claim_fetch(
+    def decide(
         self,
         consumer: AIOKafkaConsumer,
         owned_partitions: dict[int, OwnedPartition],
         batches: dict[TopicPartition, list[ConsumerRecord]],
-    ) -> Fetched:
-        """Decide the records in hand (each partition's in offset order) and start the calls
-        that may run; the records after the last call that may be claimed now come back in
-        ``Fetched.leftover``. When the executor is stopping, the undecided records are left for
-        the next owner."""
-        free = self._in_flight.claimable()
+    ) -> Decided:
+        """The steps before the fence for the records in hand (each partition's in offset
+        order), now, synchronously: which records are skipped, refused outright, or
+        candidates to claim, as many as may be claimed; the slots the candidates take are
+        held from now on (a round beside this one sees them taken), until the claimed calls
+        wait in the runner's queue or the round ends (:meth:`claim`)."""
+        claimable = free = self._in_flight.claimable()
         plans: list[_Plan] = []
         for tp, records in batches.items():
             owned = owned_partitions.get(tp.partition)
@@ -146,6 +162,22 @@ class Claimer:
             plan = _Plan(tp=tp, owned=owned, first=records[0].offset)
             free = self._decide(consumer, plan, records, free)
             plans.append(plan)
+        decided = Decided(plans, self._in_flight, claimable - free)
+        self._in_flight.reserved += decided.held
+        return decided
+
+    async def claim(self, decided: Decided) -> Fetched:
+        """Fence, claim and start what :meth:`decide` chose; the records after the last call
+        that may be claimed now come back in ``Fetched.leftover``. When the executor is
+        stopping, the undecided records are left for the next owner."""
+        try:
+            return await self._claim_decided(decided.plans, decided.release)
+        finally:
+            decided.release()
+
+    async def _claim_decided(self, plans: list[_Plan], release: Callable[[], None]) -> Fetched:
+        """The fence, the claim transactions and the start of what ``claim_fetch`` decided;
+        ``release`` gives back the slots it held once the claimed calls wait in the queue."""
         if self._stopping.is_set():
             self._fetch_again(plans)
             return Fetched(stopping=True)
@@ -174,7 +206,7 @@ class Claimer:
         ]
         # The claims and the offsets are committed: these calls never run again in this group.
         if claimed:
-            await self._start_claimed(claimed)
+            await self._start_claimed(claimed, release)
         for plan in plans:  # an in-order call waited for one that was refused, or not claimed
             self._runner.resume_ordered(plan.owned)
         fenced = [
@@ -307,7 +339,9 @@ class Claimer:
         return True
 
     async def _start_claimed(
-        self, claimed: list[tuple[OwnedPartition, _Candidate, ExecutionEntry]]
+        self,
+        claimed: list[tuple[OwnedPartition, _Candidate, ExecutionEntry]],
+        release: Callable[[], None],
     ) -> None:
         """The claimed calls wait for slots, in claim order; as many start now as there are
         free slots (:meth:`Runner.start_waiting`: the fence again right before, shared by the
@@ -326,6 +360,7 @@ class Claimer:
                 for owned, candidate, claim in claimed
             ]
         )
+        release()  # counted as waiting now
         await self._runner.start_waiting()
 
     def _skip(self, plan: _Plan, next_offset: int, why: str) -> None:

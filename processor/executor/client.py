@@ -99,7 +99,7 @@ from processor.core.errors import ConfigurationError
 from processor.core.registry import Registry
 from processor.executor.backlog import Backlog
 from processor.executor.barrier import ControlBarrier
-from processor.executor.claims import Claimer
+from processor.executor.claims import Claimer, Decided
 from processor.executor.executor_state import (
     DEFAULT_GROUP,
     ExecutorStalled,
@@ -114,6 +114,7 @@ from processor.executor.handlers import Handlers
 from processor.executor.inflight import InFlight
 from processor.executor.outputs import OutputRecords
 from processor.executor.ownership import Ownership
+from processor.executor.rounds import Rounds
 from processor.executor.running import Runner
 from processor.executor.transactions import PartitionWriter
 from processor.kafka.clients import committed_reader, stop_consumer
@@ -129,6 +130,7 @@ log = logging.getLogger(__name__)
 
 # how often the control partitions of running calls are read for a stop (Runner.tell_stopped)
 _STOP_WATCH_SECONDS: Final = 0.2
+_GATE_POLL_SECONDS: Final = 0.05  # the loop's look at a gate a rebalance holds shut
 _RELEASE_SECONDS: Final = 10.0  # a released producer's flush (stop) at most; then discarded
 
 
@@ -269,6 +271,8 @@ class ExecutorClient:
             forget=self._backlog.drop,
             give_back=lambda tp: self._rewind(tp, None),
         )
+        # claims and flushes of different partitions in flight side by side (rounds.py)
+        self.rounds = Rounds(self.ownership.gate)
 
     def _new_fence(self) -> FenceState:
         registry = self.registry
@@ -341,8 +345,17 @@ class ExecutorClient:
         return len(self._backlog)
 
     def seconds_since_progress(self) -> float:
-        """Seconds since the loop last made progress (handlers running do not hold it up)."""
-        return self._progress.seconds_since()
+        """Seconds since the loop last made progress, or the oldest round in flight started
+        (a round that waits for ever stalls the executor; handlers running do not)."""
+        oldest = self.rounds.oldest()
+        loop = self._progress.seconds_since()
+        return loop if oldest is None else max(loop, oldest[0])
+
+    def _stalled_step(self) -> str:
+        oldest = self.rounds.oldest()
+        if oldest is not None and oldest[0] >= self._progress.seconds_since():
+            return f"a round: {oldest[1]}"
+        return self._progress.step
 
     def _maybe_forget(self) -> None:
         now = self._clock()
@@ -493,19 +506,24 @@ class ExecutorClient:
                     extra=fields(
                         executor_id=self.executor_id,
                         stalled_seconds=round(stalled, 1),
-                        step=self._progress.step,
+                        step=self._stalled_step(),
                         owned=self.owned_partitions(),
                         setting="PROCESSOR_EXECUTOR_STALL_TIMEOUT_SECONDS",
                     ),
                 )
                 self.request_stop(abandon=True)
-                return ExecutorStalled(stalled, self._progress.step)
+                return ExecutorStalled(stalled, self._stalled_step())
 
     async def _loop(self, consumer: AIOKafkaConsumer) -> None:
         """Fetch into the backlog; claim and start from it; write the ends of calls as they
         finish. Handlers run beside it (at most ``max_in_flight``). A poll is always pending,
         so the records a freed slot needs are in hand; a partition whose backlog is full is
         paused on the consumer, never the loop.
+
+        Claims and flushes run as rounds (:mod:`processor.executor.rounds`): a round holds its
+        partitions until it ends, and rounds of other partitions start meanwhile, so one
+        partition's barrier reads and transaction do not hold up the others'. A rebalance
+        waits for the rounds in flight and runs alone.
 
         The ends of finished calls are written at most ``executor_flush_interval_ms`` after
         the first of them, with the claims of a round of their partition when one comes
@@ -514,13 +532,17 @@ class ExecutorClient:
         in_flight = self._in_flight
         ownership = self.ownership
         backlog = self._backlog
+        rounds = self.rounds
         flush_seconds = self.settings.executor_flush_interval_ms / 1000
         fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
         ends_due: float | None = None  # when the ends that finished are to be written
         next_watch = 0.0  # when the running calls' turns are checked again (Runner.tell_stopped)
 
         def eligible(tp: TopicPartition) -> bool:  # may its records be decided now?
-            return not ownership.stays_paused(tp)
+            return tp.partition not in rounds.busy and not ownership.stays_paused(tp)
+
+        def can_claim() -> bool:
+            return bool(in_flight.claimable() and ownership.gate.open() and backlog.ready(eligible))
 
         try:
             while not self._stopping.is_set():
@@ -528,23 +550,27 @@ class ExecutorClient:
                     fetch = asyncio.create_task(
                         consumer.getmany(timeout_ms=200, max_records=self._batch_size)
                     )
-                if not (in_flight.claimable() and backlog.ready(eligible)):
+                if not can_claim():
                     ended = asyncio.create_task(in_flight.finished.wait())
                     wait = None if ends_due is None else max(0.0, ends_due - time.monotonic())
+                    if not ownership.gate.open():  # a rebalance waits: look again soon
+                        wait = _GATE_POLL_SECONDS if wait is None else min(wait, 0.05)
                     try:
                         await asyncio.wait(
-                            {fetch, stop_wait, ended},
+                            {fetch, stop_wait, ended, *rounds.tasks},
                             timeout=wait,
                             return_when=asyncio.FIRST_COMPLETED,
                         )
                     finally:
                         ended.cancel()
-                if stop_wait.done():
+                if stop_wait.done() or rounds.reap():
                     return
                 if in_flight.finished.is_set():
                     in_flight.finished.clear()
-                    if ends_due is None:
-                        ends_due = time.monotonic() + flush_seconds
+                if ends_due is None and any(
+                    o.finished and not o.lost for o in ownership.owned.values()
+                ):
+                    ends_due = time.monotonic() + flush_seconds
                 polled = fetch.done()
                 if polled:
                     backlog.add(fetch.result())
@@ -552,39 +578,71 @@ class ExecutorClient:
                     for tp in backlog.to_pause():
                         with contextlib.suppress(Exception):
                             consumer.pause(tp)
-                if in_flight.claimable() and backlog.ready(eligible):
-                    self._progress("waiting for the lock (a take or release in progress)")
-                    async with ownership.lock:
-                        batches = backlog.take(eligible)
-                        fetched = await self.claimer.claim_fetch(consumer, ownership.owned, batches)
-                        for owned, resume_at in fetched.fenced:
-                            ownership.lose(owned, resume_at)
-                        if fetched.stopping:
-                            return
-                        backlog.put_back(fetched.leftover)
-                        await ownership.flush_many({tp.partition for tp in batches}, ends=False)
-                    polled = False  # the flush that follows a poll is done
-                    for tp in backlog.to_resume(consumer.assignment()):
-                        if not ownership.stays_paused(tp):
-                            with contextlib.suppress(Exception):
-                                consumer.resume(tp)
-                    self._maybe_forget()
-                if polled:  # kept ends of claimed calls, and sweeps, when they are due
-                    async with ownership.lock:
-                        await ownership.flush_many(set(), ends=False)
-                if ends_due is not None and time.monotonic() >= ends_due:
-                    ends_due = None
-                    self._progress("writing the ends of finished calls")
-                    async with ownership.lock:
-                        await ownership.flush_many(set(), ends=True)
+                while can_claim():  # a round per partition, side by side, in turn
+                    self._progress("starting a claim round")
+                    batches = backlog.take_one(eligible)
+                    partitions = {tp.partition for tp in batches}
+                    # decided now: the next round's free slots are what this one leaves
+                    decided = self.claimer.decide(consumer, ownership.owned, batches)
+                    rounds.start(
+                        partitions,
+                        self._claim_round(decided, partitions),
+                        f"claiming on dispatch partition {_listed(partitions)}",
+                    )
+                    polled = False  # the round's flush follows its claims
+                for tp in backlog.to_resume(consumer.assignment()):
+                    if not ownership.stays_paused(tp):
+                        with contextlib.suppress(Exception):
+                            consumer.resume(tp)
+                self._maybe_forget()
+                if ownership.gate.open():
+                    ends_now = ends_due is not None and time.monotonic() >= ends_due
+                    if ends_now:
+                        ends_due = None
+                    if polled or ends_now:  # ends, kept ends of claimed calls, sweeps due
+                        due = ownership.due(set(), ends=ends_now, busy=rounds.busy)
+                        if due:
+                            self._progress("writing the ends of finished calls")
+                            rounds.start(
+                                {owned.partition for owned in due},
+                                self._flush_round(due),
+                                "writing on dispatch partitions "
+                                + _listed({o.partition for o in due}),
+                            )
                 if in_flight.running and time.monotonic() >= next_watch:
                     next_watch = time.monotonic() + _STOP_WATCH_SECONDS
                     self._progress("reading control for the running calls")
                     await self.runner.tell_stopped(list(ownership.owned.values()))
                 self._progress("polling")
+        except BaseException:  # cancelled (a stall: a round may hang for ever), or failed
+            rounds.cancel()
+            raise
         finally:
             stop_wait.cancel()
             if fetch is not None and not fetch.done():
                 fetch.cancel()
                 with contextlib.suppress(asyncio.CancelledError, KafkaError):
                     await fetch
+            await rounds.settle()  # before the partitions are released (they wait for it)
+
+    async def _claim_round(self, decided: Decided, partitions: set[int]) -> bool:
+        """A claim round of records decided up to the fence (:meth:`Claimer.claim`), its
+        results applied, then the partitions' offsets and sweeps due; True: the executor
+        stops."""
+        ownership = self.ownership
+        fetched = await self.claimer.claim(decided)
+        for owned, resume_at in fetched.fenced:
+            ownership.lose(owned, resume_at)
+        if fetched.stopping:
+            return True
+        self._backlog.put_back(fetched.leftover)
+        await ownership.flush(ownership.due(partitions, ends=False, among=partitions, busy=set()))
+        return False
+
+    async def _flush_round(self, due: list[OwnedPartition]) -> bool:
+        await self.ownership.flush(due)
+        return False
+
+
+def _listed(partitions: set[int]) -> str:
+    return ", ".join(str(p) for p in sorted(partitions))

@@ -30,6 +30,7 @@ class InFlight:
         self.limit = limit
         self.ahead = ahead
         self.waiting = 0  # claimed calls waiting for a slot (the runner's queue)
+        self.reserved = 0  # calls a claim round in flight is claiming (rounds side by side)
         self.tasks: set[asyncio.Task[None]] = set()
         self.peak = 0  # the most handlers that ever ran at once (tests, diagnostics)
         self.finished = asyncio.Event()  # a handler ended: an outcome to write, a slot free
@@ -44,8 +45,8 @@ class InFlight:
 
     def claimable(self) -> int:
         """How many more calls may be claimed: the free slots, plus the claim-ahead, less the
-        claimed calls already waiting for a slot."""
-        return max(0, self.limit + self.ahead - len(self.tasks) - self.waiting)
+        claimed calls already waiting for a slot and those other claim rounds are claiming."""
+        return max(0, self.limit + self.ahead - len(self.tasks) - self.waiting - self.reserved)
 
     def start(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` (one call's handler and its outcome) in a slot of its own."""

@@ -1,14 +1,15 @@
 """The executor's partition table: which dispatch partitions it owns, taken and released.
 
 Owns :class:`Ownership`: the owned partitions
-(:class:`~processor.executor.executor_state.OwnedPartition`), the lock that keeps a fetch's
-claims, the ends' flushes and the rebalances apart, and the rebalances themselves: taking the
+(:class:`~processor.executor.executor_state.OwnedPartition`), the gate that lets rounds (claims,
+flushes) of different partitions run side by side and a rebalance run alone
+(:class:`~processor.executor.rounds.RoundGate`), and the rebalances themselves: taking the
 partitions of an assignment side by side (each a new transactional producer through the owner
 fence, its ledger restored, the claims a previous owner left unfinished reported ``unknown``),
 releasing one (its running calls end up to a bound, their ends and its offset written, its
 producer stopped), retrying a failed take, and taking one back after a fence that no rebalance
-follows (``lose``). Also the flush of the partitions that have ends or offsets to write
-(``flush_many``), since it walks the table and loses a partition on a fence.
+follows (``lose``). Also which partitions have ends or offsets to write (``due``) and their
+flush (``flush``), since it walks the table and loses a partition on a fence.
 
 Must not decide about a record, nor run handlers: :mod:`processor.executor.claims` and
 :mod:`processor.executor.running` do."""
@@ -34,6 +35,7 @@ from processor.executor.executor_state import (
 )
 from processor.executor.ledger import restore_ledger_partition
 from processor.executor.records import EntryState, ExecutionEntry
+from processor.executor.rounds import RoundGate
 from processor.executor.running import Runner
 from processor.executor.transactions import PartitionWriter
 from processor.kafka import hanging
@@ -95,7 +97,7 @@ class Ownership:
         self._give_back = give_back
         self.owned: dict[int, OwnedPartition] = {}
         self.retakes: dict[int, asyncio.Task[None]] = {}  # partitions whose take failed
-        self.lock = asyncio.Lock()
+        self.gate = RoundGate()  # rounds side by side; a take or release alone
         self.abandoned = False
         # takes and releases in progress (they wait on the broker): abandon cancels them
         self._broker_work: set[asyncio.Task[Any]] = set()
@@ -124,7 +126,7 @@ class Ownership:
         for retake in self.retakes.values():
             retake.cancel()
         self.retakes.clear()
-        async with self.lock:
+        async with self.gate.alone():
             if not self.abandoned:
                 await self.drain(list(self.owned.values()))
             for owned in list(self.owned.values()):
@@ -136,15 +138,22 @@ class Ownership:
 
     # ------------------------------------------------------------------ flushes
 
-    async def flush_many(self, fetched: set[int], *, ends: bool) -> None:
-        """One transaction per partition, side by side, for those with something to write:
-        with ``ends``, every partition with ends of finished calls; the fetched partitions
-        with a pending offset (records skipped) or a sweep due; the others' kept ends of
-        claimed calls and sweeps that are due (:meth:`PartitionWriter.flush_due`)."""
+    def due(
+        self, fetched: set[int], *, ends: bool, among: set[int] | None = None, busy: set[int]
+    ) -> list[OwnedPartition]:
+        """The partitions with something to write now, of ``among`` (None: all) and not
+        ``busy`` (in a round): with ``ends``, every one with ends of finished calls; the
+        ``fetched`` ones with a pending offset (records skipped) or a sweep due; the others'
+        kept ends of claimed calls and sweeps that are due (:meth:`PartitionWriter.flush_due`)."""
         now = time.monotonic()
+        table = [
+            owned
+            for owned in self.owned.values()
+            if owned.partition not in busy and (among is None or owned.partition in among)
+        ]
         due = {
             owned.partition: owned
-            for owned in self.owned.values()
+            for owned in table
             if not owned.lost
             and (
                 (ends and owned.finished)
@@ -154,10 +163,14 @@ class Ownership:
                 )
             )
         }
-        for owned in self._writer.flush_due(list(self.owned.values()), fetched):
+        for owned in self._writer.flush_due(table, fetched):
             due.setdefault(owned.partition, owned)
+        return list(due.values())
+
+    async def flush(self, due: list[OwnedPartition]) -> None:
+        """One transaction per partition of ``due``, side by side."""
         if due:
-            await asyncio.gather(*(self._flush(owned) for owned in due.values()))
+            await asyncio.gather(*(self._flush(owned) for owned in due))
 
     async def _flush(self, owned: OwnedPartition) -> None:
         """Kept ends of claimed calls, finished ends and the pending offset; a fence loses the
@@ -201,7 +214,7 @@ class Ownership:
         )
         for tp in tps:  # read from the committed offset on: nothing fetched before counts
             self._forget(tp)
-        async with self.lock:
+        async with self.gate.alone():
             await asyncio.gather(*(self._take_assigned(tp) for tp in tps))
 
     async def _take_assigned(self, tp: TopicPartition) -> None:
@@ -259,7 +272,7 @@ class Ownership:
                 consumer = self._consumer()
                 if consumer is None or tp not in consumer.assignment():
                     return  # revoked meanwhile: the next owner takes it
-                async with self.lock:
+                async with self.gate.alone():
                     lost = self.owned.get(tp.partition)
                     if lost is not None and not lost.lost:
                         return
@@ -293,7 +306,7 @@ class Ownership:
             retake = self.retakes.pop(tp.partition, None)
             if retake is not None:
                 retake.cancel()
-        async with self.lock:  # waits for the fetch in hand; then for its running calls
+        async with self.gate.alone():  # waits for the fetch in hand; then for its running calls
             await self.drain([o for tp in revoked if (o := self.owned.get(tp.partition))])
             for tp in revoked:
                 owned = self.owned.pop(tp.partition, None)
