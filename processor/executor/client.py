@@ -8,8 +8,9 @@ module:object``)::
         await client.run()
 
 A poll is always pending; what it returns waits in the backlog
-(:mod:`processor.executor.backlog`) until it can be claimed. Per claim round (each dispatch
-partition's records decided in offset order; up to ``max_in_flight`` handlers,
+(:mod:`processor.executor.backlog`) until it can be claimed. Per claim round (one dispatch
+partition's records decided in offset order; rounds of different partitions run side by side,
+:mod:`processor.executor.rounds`; up to ``max_in_flight`` handlers,
 ``PROCESSOR_EXECUTOR_MAX_IN_FLIGHT``, 64 by default, run at once):
 
 1. Decode each record; a tool this executor has no handler for belongs to another executor group
@@ -61,8 +62,8 @@ Where the parts live. The client is composed of parts that take their state expl
 ``Connection`` pattern), each in a module named for what it owns; a call's arguments can be
 followed from the record to the handler through them:
 
-* :class:`~processor.executor.claims.Claimer`: a fetch through steps 1-5 above (skip, refuse,
-  claim, start);
+* :class:`~processor.executor.claims.Claimer`: a claim round through steps 1-5 above (skip,
+  refuse, claim, start);
 * :class:`~processor.executor.fencing.CallGate`: the requirements of a dispatch and the fence,
   after the control barrier (:class:`~processor.executor.barrier.ControlBarrier`);
 * :class:`~processor.executor.transactions.PartitionWriter`: the producer of a partition, one
@@ -71,12 +72,15 @@ followed from the record to the handler through them:
 * :class:`~processor.executor.running.Runner`: handlers side by side, their outcomes, the stop
   watch; :class:`~processor.executor.inflight.InFlight`: the in-flight bound;
 * :class:`~processor.executor.ownership.Ownership`: the owned partitions, takes and releases;
+* :class:`~processor.executor.rounds.Rounds`: the claim and flush rounds in flight, a partition
+  in one at a time; :class:`~processor.executor.rounds.RoundGate`: rounds side by side, a
+  rebalance alone;
 * :mod:`~processor.executor.executor_state`: the records they pass to each other.
 
 This module owns the lifecycle (``start``, ``stop``, ``request_stop``), the consumer loop
-(``run``: fetch, claim and start under the ownership lock; the ends of finished calls written as
-they come; the back-pressure of the in-flight bound), and the stall watchdog beside the loop. It
-must not decide about a record.
+(``run``: fetch, and start a claim round for each partition with records in hand while calls
+may be claimed; the ends of finished calls written as they come; the back-pressure of the
+in-flight bound), and the stall watchdog beside the loop. It must not decide about a record.
 """
 
 from __future__ import annotations
