@@ -546,7 +546,7 @@ class ExecutorClient:
             return tp.partition not in rounds.busy and not ownership.stays_paused(tp)
 
         def can_claim() -> bool:
-            return bool(in_flight.claimable() and ownership.gate.open() and backlog.ready(eligible))
+            return in_flight.worth_claiming() and ownership.gate.open() and backlog.ready(eligible)
 
         try:
             while not self._stopping.is_set():

@@ -15,6 +15,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from processor.executor.backlog import Backlog
+from processor.executor.inflight import InFlight
 from processor.executor.rounds import RoundGate, Rounds
 
 
@@ -134,3 +135,23 @@ def test_the_backlog_hands_out_one_partition_at_a_time_in_turn() -> None:
     backlog.add({c: _records(c, range(1, 3))})
     assert list(backlog.take_one(lambda tp: tp != a)) == [c]
     assert [r.offset for r in backlog.take_one(lambda tp: True)[a]] == [1, 2]
+
+
+def test_a_claim_round_waits_for_a_batch_only_while_claimed_calls_wait() -> None:
+    """While claimed calls wait for slots, a claim round starts only when a quarter of the
+    claim-ahead can be claimed at once; with none waiting, as soon as one call can be; held
+    slots (rounds in flight) count as taken."""
+    in_flight = InFlight(limit=4, ahead=8)  # a batch: 2
+    assert in_flight.claimable() == 12 and in_flight.worth_claiming()
+    in_flight.waiting = 11
+    assert in_flight.claimable() == 1 and not in_flight.worth_claiming()  # one: wait
+    in_flight.waiting = 10
+    assert in_flight.worth_claiming()  # two at once
+    in_flight.reserved = 1
+    assert not in_flight.worth_claiming()  # a round in flight holds one of them
+    in_flight.waiting, in_flight.reserved = 0, 11
+    assert in_flight.claimable() == 1 and in_flight.worth_claiming()  # none waits: claim one
+    in_flight.reserved = 12
+    assert not in_flight.worth_claiming()
+    no_ahead = InFlight(limit=1, ahead=0)
+    assert no_ahead.worth_claiming()
