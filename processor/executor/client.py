@@ -114,6 +114,7 @@ from processor.executor.executor_state import (
 )
 from processor.executor.fence import FenceState
 from processor.executor.fencing import CallGate
+from processor.executor.freezes import FreezeWatch
 from processor.executor.handlers import Handlers
 from processor.executor.inflight import InFlight
 from processor.executor.outputs import OutputRecords
@@ -215,6 +216,8 @@ class ExecutorClient:
         # application or a test can see (and a test wrap) each one
         self._tally = Tally()
         self._progress = Progress()
+        self.freezes = FreezeWatch()  # pauses of the whole process (a SIGSTOP, a frozen VM)
+        self._freeze_task: asyncio.Task[None] | None = None
         # handlers running at once (None: executor_max_in_flight); records per poll at most
         # (None: as many as may run at once; never more than the free slots)
         limit = max_in_flight or settings.executor_max_in_flight
@@ -231,6 +234,7 @@ class ExecutorClient:
             lambda: self._admin if self._admin is not None else self._consumer,
             executor_id=self.executor_id,
             restore=lambda p: self.ownership.restore_ledger(p),  # noqa: PLW0108 (built below)
+            paused_since=self.freezes.paused_since,
         )
         self.gate = gate = CallGate(
             self._barrier,
@@ -425,6 +429,7 @@ class ExecutorClient:
             raise
         self._consumer = consumer
         self._started = True
+        self._freeze_task = asyncio.create_task(self.freezes.run())
         log.info(
             "executor started",
             extra=fields(
@@ -446,6 +451,10 @@ class ExecutorClient:
             return
         self._started = False
         await self.ownership.release_all()
+        freeze_task, self._freeze_task = self._freeze_task, None
+        if freeze_task is not None:
+            freeze_task.cancel()
+            await asyncio.wait({freeze_task})
         await self.runner.close()
         for task in list(self._in_flight.tasks):  # abandoned, or of partitions lost: unknown
             task.cancel()  # from their claims, by the next owner

@@ -58,7 +58,9 @@ class PartitionWriter:
     group consumer's, a request waits behind the pending long-polled fetch); ``restore`` reads a
     ledger partition to its end (:func:`~processor.executor.ledger.restore_ledger_partition`),
     to tell, after a retry had to fence the transactional id again, whether another member
-    owned the partition meanwhile; ``executor_id`` is this member's."""
+    owned the partition meanwhile; ``executor_id`` is this member's; ``paused_since`` the
+    longest pause of the whole process since a moment (:class:`~processor.executor.freezes.
+    FreezeWatch`)."""
 
     def __init__(
         self,
@@ -68,8 +70,10 @@ class PartitionWriter:
         *,
         executor_id: str,
         restore: Callable[[int], Awaitable[dict[str, ExecutionEntry]]],
+        paused_since: Callable[[float], float] = lambda _since: 0.0,
     ) -> None:
         self.settings = settings
+        self._paused_since = paused_since  # FreezeWatch.paused_since
         self.group = group
         self.topics = settings.topics
         self.executor_id = executor_id
@@ -215,6 +219,7 @@ class PartitionWriter:
                     self._done(owned, offset)
                     return
             producer = owned.producer
+            began = time.monotonic()
             try:
                 async with asyncio.timeout(self.settings.commit_timeout_seconds):
                     await self.one_transaction(owned, producer, outputs, offset)
@@ -224,6 +229,23 @@ class PartitionWriter:
                 await discard_producer(producer)
                 raise Fenced from None
             except (KafkaError, TimeoutError) as exc:
+                paused = self._paused_since(began)
+                if paused * 1000 >= self.settings.session_timeout_ms:
+                    # paused past the session (SIGSTOP, a frozen VM): the group may have given
+                    # the partition to another member, whose producer a new one here would
+                    # fence (its finished calls then reported unknown: chaos seed 27). Give
+                    # it up; a take after the rebalance decides (and reports the ends unknown)
+                    log.warning(
+                        "this member was paused past its session; giving the partition up",
+                        extra=fields(
+                            partition=owned.partition,
+                            paused_seconds=round(paused, 1),
+                            error=type(exc).__name__,
+                        ),
+                    )
+                    owned.lost = True
+                    await discard_producer(producer)
+                    raise Fenced from None
                 log.warning(
                     "executor transaction failed; retrying with a new producer",
                     extra=fields(

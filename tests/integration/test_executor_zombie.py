@@ -128,3 +128,97 @@ async def test_a_member_that_slept_past_its_partition_writes_nothing_of_it(
     assert [(r.outcome.value, r.executor_id) for r in await results(rt.settings)] == [
         ("unknown", member)
     ]
+
+
+class _FrozenCommit(ExecutorClient):
+    """With ``freeze_next`` set, the next transaction attempt sleeps past the session timeout
+    with the whole process (a blocking sleep: no tick, no heartbeat, as SIGSTOP), then fails as
+    the outlived transaction does on waking (a timeout)."""
+
+    freeze_next: float = 0.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        attempt = self.writer.one_transaction
+
+        async def frozen(
+            owned: Any, producer: Any, outputs: list[Any], offset: int | None
+        ) -> None:
+            if self.freeze_next:
+                pause, self.freeze_next = self.freeze_next, 0.0
+                time.sleep(pause)  # the point: the event loop is frozen too
+                raise KafkaTimeoutError("injected: the transaction outlived the member's pause")
+            await attempt(owned, producer, outputs, offset)
+
+        self.writer.one_transaction = frozen  # type: ignore[method-assign]
+
+
+async def test_a_member_paused_past_its_session_does_not_fence_the_new_owner(
+    runtime: Runtime,
+) -> None:
+    """Chaos seed 27: a member woke from a SIGSTOP longer than its session, its transaction
+    timed out, and its retry's new producer fenced the member that had taken the partition, just
+    after that one claimed calls: their results were dropped and reported ``unknown``. A member
+    paused past its session now gives the partition up without a new producer: the new owner
+    goes on writing."""
+    rt = runtime
+    settings = rt.settings.model_copy(
+        update={
+            "session_timeout_ms": 6000,
+            "heartbeat_interval_ms": 1000,
+            "transaction_timeout_ms": 5000,
+            "commit_timeout_seconds": 4.0,
+        }
+    )
+    group = group_of(rt)
+    release = asyncio.Event()
+
+    async def slow(call: Call) -> Mapping[str, Any]:
+        await release.wait()
+        return {"ok": True}
+
+    handlers = Handlers()
+    handlers.register("get_weather", slow, requires_confirmation=False)
+    executor = Executor(settings, handlers, group=group, client_cls=_FrozenCommit)
+    client = executor.client
+    assert isinstance(client, _FrozenCommit)
+    dispatch = make_dispatch("acme", "paused", "c1")
+    await rt.control(turn_started("acme", "paused"))
+    await executor.start()
+    new_owner = AIOKafkaProducer(
+        **rt.settings.kafka_client_kwargs(), transactional_id=f"{group}.executor.0"
+    )
+    try:
+        await write_dispatch(rt, dispatch)
+
+        async def claimed() -> bool:
+            return any(e.state == "claimed" for e in await ledger(rt))
+
+        await wait_until(claimed, timeout=60, what="the call claimed and running")
+        [claim] = [e for e in await ledger(rt) if e.state == "claimed"]
+        await new_owner.start()  # the other member's take: this member's producer is fenced
+        _finals, records = OutputRecords(rt.topics, group, "the-new-owner", time.time).unknowns(
+            [claim], "executor_interrupted"
+        )
+        await _commit(new_owner, records)
+        client.freeze_next = settings.session_timeout_ms / 1000 + 0.5
+        release.set()  # the handler ends; its end's transaction outlives a pause of 6.5 s
+
+        async def given_up() -> bool:
+            return client.owned_partitions() == []
+
+        await wait_until(given_up, timeout=60, what="the partition given up")
+        # the new owner's producer was not fenced: it goes on writing (its next results)
+        await _commit(new_owner, records[1:2])
+    finally:
+        await new_owner.stop()
+        await executor.stop()
+    got = [(r.outcome.value, r.executor_id) for r in await results(rt.settings)]
+    assert got == [("unknown", "the-new-owner"), ("unknown", "the-new-owner")]
+
+
+async def _commit(producer: AIOKafkaProducer, records: list[Any]) -> None:
+    await producer.begin_transaction()
+    for topic, key, value, headers, partition in records:
+        await producer.send_and_wait(topic, value, key=key, partition=partition, headers=headers)
+    await producer.commit_transaction()

@@ -15,6 +15,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from processor.executor.backlog import Backlog
+from processor.executor.freezes import FreezeWatch
 from processor.executor.inflight import InFlight
 from processor.executor.rounds import RoundGate, Rounds
 
@@ -155,3 +156,18 @@ def test_a_claim_round_waits_for_a_batch_only_while_claimed_calls_wait() -> None
     assert not in_flight.worth_claiming()
     no_ahead = InFlight(limit=1, ahead=0)
     assert no_ahead.worth_claiming()
+
+
+def test_the_freeze_watch_sees_a_pause_of_the_whole_process() -> None:
+    """A gap between ticks is a pause (SIGSTOP, a frozen VM); one going on now counts before
+    the first tick after the wake-up; pauses that ended before a moment do not count for it."""
+    watch = FreezeWatch(clock=lambda: 100.0)
+    for t in (100.1, 100.2, 100.3):
+        watch.tick(t)
+    assert watch.longest_since(100.0, 100.35) == pytest.approx(0.05)
+    assert watch.longest_since(100.0, 112.3) == pytest.approx(12.0)  # woken, not ticked yet
+    watch.tick(112.3)
+    watch.tick(112.4)
+    assert watch.longest_since(100.2, 112.45) == pytest.approx(12.0)
+    assert watch.longest_since(112.35, 112.45) == pytest.approx(0.05)  # that one ended before
+    assert watch.longest_since(112.35, 112.45) < 0.5
