@@ -124,16 +124,7 @@ class ExecutionResult(CallRecord):
         **details: Unpack[ResultDetails],
     ) -> ExecutionResult:
         return cls._of(
-            dispatch,
-            dispatch.dispatch_id,
-            tool=dispatch.tool,
-            namespace=dispatch.namespace,
-            tool_version=dispatch.tool_version,
-            group=group,
-            executor_id=executor_id,
-            outcome=outcome,
-            ts=ts,
-            details=details,
+            dispatch, group=group, executor_id=executor_id, outcome=outcome, ts=ts, details=details
         )
 
     @classmethod
@@ -148,10 +139,6 @@ class ExecutionResult(CallRecord):
     ) -> ExecutionResult:
         return cls._of(
             entry,
-            entry.dispatch_id,
-            tool=entry.tool,
-            namespace=entry.namespace,
-            tool_version=entry.tool_version,
             group=entry.group,
             executor_id=executor_id,
             outcome=outcome,
@@ -162,20 +149,16 @@ class ExecutionResult(CallRecord):
     @classmethod
     def _of(
         cls,
-        call: CallRecord,
-        dispatch_id: str,
+        call: Dispatch | ExecutionEntry,
         *,
-        tool: str,
-        namespace: str | None,
-        tool_version: str,
         group: str,
         executor_id: str,
         outcome: ExecutionOutcome,
         ts: float,
         details: ResultDetails,
     ) -> ExecutionResult:
-        """The result of the call ``call`` identifies (its key's fields read directly: no
-        intermediate key or entry on the per-call path)."""
+        """The result of the call a dispatch or a ledger entry identifies (its fields read
+        directly: no intermediate key or entry on the per-call path)."""
         output = details.get("output")
         detail = details.get("detail", "")
         if output is not None and len(orjson.dumps(output)) > MAX_OUTPUT_BYTES:
@@ -186,11 +169,11 @@ class ExecutionResult(CallRecord):
             response_id=call.response_id,
             item_id=call.item_id,
             call_id=call.call_id,
-            result_id=stable_id("result", group, dispatch_id),
-            dispatch_id=dispatch_id,
-            tool=tool,
-            namespace=namespace,
-            tool_version=tool_version,
+            result_id=stable_id("result", group, call.dispatch_id),
+            dispatch_id=call.dispatch_id,
+            tool=call.tool,
+            namespace=call.namespace,
+            tool_version=call.tool_version,
             executor_group=group,
             executor_id=executor_id,
             outcome=outcome,
