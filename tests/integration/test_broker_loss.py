@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.faults import Broker
+from tests.chaos.faults import QUICK_START_JVM, Broker
 from tests.integration.conftest import REPO_ROOT, Runtime, free_port
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,7 @@ def test_worker_and_executor_exit_69_with_one_line_after_losing_the_broker(
 async def _scenario(tmp_path: Path) -> None:
     port = free_port()
     controller = free_port()
-    broker = Broker(tmp_path / "broker", port, controller)
+    broker = Broker(tmp_path / "broker", port, controller, jvm_flags=QUICK_START_JVM)
     await broker.start()
     runtime = Runtime(broker.bootstrap, f"loss{uuid.uuid4().hex[:6]}.", tmp_path, 2)
     executor_log = tmp_path / "executor.log"

@@ -54,7 +54,7 @@ from processor.kafka import hanging
 from processor.kafka.clients import admin_client, discard_producer
 from processor.kafka.partitioner import partition_for
 from processor.kafka.tail import read_records
-from tests.chaos.faults import Broker
+from tests.chaos.faults import QUICK_START_JVM, Broker
 from tests.integration.conftest import Runtime, call_events, free_port, turn_started, wait_until
 from tests.integration.executor_harness import Executor, Recorder, running
 from tests.txn_seams import cluster_client, producer_identity, write_unannounced
@@ -79,7 +79,7 @@ def test_an_aborted_dispatch_left_open_on_its_partition_never_becomes_visible(
 
 
 async def _scenario(tmp_path: Path) -> None:
-    broker = Broker(tmp_path / "broker", free_port(), free_port())
+    broker = Broker(tmp_path / "broker", free_port(), free_port(), jvm_flags=QUICK_START_JVM)
     await broker.start()
     runtime = Runtime(broker.bootstrap, f"s19{uuid.uuid4().hex[:6]}.", tmp_path, 2)
     topics = runtime.topics
