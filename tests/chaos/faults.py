@@ -126,8 +126,9 @@ def schedule(
 
 
 # JVM flags of a test's own brokers: the client compiler only, a start in less CPU (a cluster's
-# three JVMs start side by side on two cores) for throughput a test's load does not need. The
-# long runs (``python -m tests.chaos``) keep the JVM's defaults, as their figures are quoted.
+# three JVMs start side by side on two cores) for throughput a test's small load does not need.
+# The chaos runs (a load during broker faults; the long runs' figures are quoted) keep the JVM's
+# defaults: a slower broker would change what they measure.
 QUICK_START_JVM: Final = "-XX:TieredStopAtLevel=1"
 
 

@@ -55,7 +55,6 @@ class Options:
     workdir: Path = Path("/tmp/chaos")
     broker_port: int = 19292  # client ports from here; controller ports after them
     brokers: int = 1  # brokers of the run's own: 1, or a cluster (scripts/kafka-local --nodes)
-    broker_jvm_flags: str = ""  # more JVM flags for them (tests: faults.QUICK_START_JVM)
     settle_seconds: float = 180.0  # after the load: how long the calls may take to drain
     keep: bool = False  # keep the topics (and the broker's data dir) to inspect a failed run
     worker_env: dict[str, str] = field(default_factory=dict)  # more PROCESSOR_* for workers
@@ -118,12 +117,7 @@ async def run(options: Options) -> Report:
     broker: Broker | None = None
     if options.bootstrap is None:
         ports = options.broker_port, options.broker_port + options.brokers
-        broker = Broker(
-            options.workdir / "broker",
-            *ports,
-            nodes=options.brokers,
-            jvm_flags=options.broker_jvm_flags,
-        )
+        broker = Broker(options.workdir / "broker", *ports, nodes=options.brokers)
         await broker.start()
         bootstrap = broker.bootstrap
     else:

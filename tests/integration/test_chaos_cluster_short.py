@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.faults import QUICK_START_JVM, FaultKind, free_port_base
+from tests.chaos.faults import FaultKind, free_port_base
 from tests.chaos.run import Options, run
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,6 @@ def test_three_brokers_survive_a_leader_kill_and_a_zombie_broker(tmp_path: Path)
         workdir=tmp_path,
         broker_port=port,
         brokers=3,
-        broker_jvm_flags=QUICK_START_JVM,
         settle_seconds=120.0,
     )
     report = asyncio.run(run(options))
