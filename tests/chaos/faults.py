@@ -125,6 +125,13 @@ def schedule(
     ]
 
 
+# JVM flags of a test's own brokers: the client compiler only, a start in less CPU (a cluster's
+# three JVMs start side by side on two cores) for throughput a test's small load does not need.
+# The chaos runs (a load during broker faults; the long runs' figures are quoted) keep the JVM's
+# defaults: a slower broker would change what they measure.
+QUICK_START_JVM: Final = "-XX:TieredStopAtLevel=1"
+
+
 def free_port_base(count: int = 6, start: int = 29300) -> int:
     """A port from which ``count`` consecutive loopback ports are free (a cluster's client and
     controller ports: ``Broker(port=base, controller_port=base + nodes, nodes=...)``)."""
@@ -149,6 +156,7 @@ class Broker:
     port: int
     controller_port: int
     nodes: int = 1
+    jvm_flags: str = ""  # more JVM flags for the brokers (KAFKA_LOCAL_JVM_FLAGS)
 
     @property
     def bootstrap(self) -> str:
@@ -161,6 +169,7 @@ class Broker:
             KAFKA_LOCAL_PORT=str(self.port),
             KAFKA_LOCAL_CONTROLLER_PORT=str(self.controller_port),
             KAFKA_LOCAL_NODES=str(self.nodes),
+            KAFKA_LOCAL_JVM_FLAGS=self.jvm_flags,
         )
         # the script's python must have aiokafka (readiness, ``leaders``); a worktree has no
         # .venv of its own, and the system python3 it would fall back to has none

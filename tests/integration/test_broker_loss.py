@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.faults import Broker
+from tests.chaos.faults import QUICK_START_JVM, Broker
 from tests.integration.conftest import REPO_ROOT, Runtime, free_port
+from tests.side_by_side import SideBySide
 
 pytestmark = pytest.mark.integration
 
@@ -28,17 +29,20 @@ LIMIT = 8  # PROCESSOR_STARTUP_TIMEOUT_SECONDS for both processes
 EXIT_WITHIN = 45
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)  # the first marked test waits for every selected scenario
+@pytest.mark.side_by_side(scenario=lambda workdir, bootstrap: _scenario(workdir))
 def test_worker_and_executor_exit_69_with_one_line_after_losing_the_broker(
-    tmp_path: Path,
+    side_by_side: SideBySide,
 ) -> None:
-    asyncio.run(_scenario(tmp_path))
+    """The scenario asserts as it goes (below), driven side by side with the other slow ones:
+    it waits on the clock for two processes to give up on a broker of its own."""
+    assert side_by_side.value is None
 
 
 async def _scenario(tmp_path: Path) -> None:
     port = free_port()
     controller = free_port()
-    broker = Broker(tmp_path / "broker", port, controller)
+    broker = Broker(tmp_path / "broker", port, controller, jvm_flags=QUICK_START_JVM)
     await broker.start()
     runtime = Runtime(broker.bootstrap, f"loss{uuid.uuid4().hex[:6]}.", tmp_path, 2)
     executor_log = tmp_path / "executor.log"
@@ -105,7 +109,7 @@ async def _scenario(tmp_path: Path) -> None:
             executor.kill()
         for w in runtime.workers:
             w.close()
-        await broker.stop()
+        await broker.kill()  # thrown away with tmp_path (killed already, unless the test failed)
 
 
 def _ours(log: str) -> str:

@@ -5,37 +5,45 @@ worker faults during the load: SIGKILL, SIGTERM, and SIGSTOP past the session an
 timeouts (a zombie whose producer must be fenced). On the shared broker, so no broker fault here:
 the long runs (``make chaos``) add ``kill -9`` of a broker of their own. See
 ``tests/chaos/__init__`` for the fates and ``tests/chaos/checker.py`` for what is judged.
+
+The runs are driven side by side with the other selected slow scenarios
+(``tests/side_by_side.py``): each test judges its own run's report.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.chaos.faults import FaultKind
-from tests.chaos.run import Options, run
+from tests.chaos.run import Options, Report, run
 from tests.chaos.workload import WEIGHTS
+from tests.side_by_side import SideBySide
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.timeout(420)
-def test_short_chaos_run_loses_duplicates_and_leaks_nothing(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    options = Options(
-        seed=7,
-        turns=300,
-        duration=50.0,
-        faults=3,
-        kinds=[FaultKind.KILL, FaultKind.TERM, FaultKind.STOP],
-        bootstrap=kafka_bootstrap,
-        workdir=tmp_path,
+async def _workers(workdir: Path, bootstrap: Callable[[], str]) -> Report:
+    return await run(
+        Options(
+            seed=7,
+            turns=300,
+            duration=50.0,
+            faults=3,
+            kinds=[FaultKind.KILL, FaultKind.TERM, FaultKind.STOP],
+            bootstrap=bootstrap(),
+            workdir=workdir,
+        )
     )
-    report = asyncio.run(run(options))
+
+
+@pytest.mark.timeout(420)  # the first marked test waits for every selected scenario
+@pytest.mark.side_by_side(scenario=_workers)
+def test_short_chaos_run_loses_duplicates_and_leaks_nothing(side_by_side: SideBySide) -> None:
+    report, tmp_path = side_by_side.value, side_by_side.workdir
     summary = report.verdict.summary()
 
     assert report.verdict.ok, str(summary)  # whole, with the details of what failed
@@ -68,25 +76,31 @@ def _lines(path: Path) -> list[bytes]:
     return [line for line in path.read_bytes().splitlines() if line.startswith(b"{")]
 
 
-@pytest.mark.timeout(300)
+async def _executors(workdir: Path, bootstrap: Callable[[], str]) -> Report:
+    return await run(
+        Options(
+            seed=8,  # its executor faults: term, kill, kill during the load; the stop last
+            turns=150,
+            duration=30.0,
+            faults=0,  # the workers are left alone: the first run faults them
+            bootstrap=bootstrap(),
+            workdir=workdir,
+            executors=2,
+            executor_faults=4,
+        )
+    )
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.side_by_side(scenario=_executors)
 def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
-    kafka_bootstrap: str, tmp_path: Path
+    side_by_side: SideBySide,
 ) -> None:
     """Two executors of one group take the dispatches of the seeded load while they are
     killed (inside a handler, between its side effect and its outcome), stopped past their
     session timeout and terminated: no dispatch runs twice, every one is reported, and the
     one a kill interrupted is reported ``unknown``, never run again (tests.chaos.executors)."""
-    options = Options(
-        seed=8,  # its executor faults: term, kill, kill during the load; the stop last
-        turns=150,
-        duration=30.0,
-        faults=0,  # the workers are left alone: the first test faults them
-        bootstrap=kafka_bootstrap,
-        workdir=tmp_path,
-        executors=2,
-        executor_faults=4,
-    )
-    report = asyncio.run(run(options))
+    report, tmp_path = side_by_side.value, side_by_side.workdir
     assert report.verdict.ok, report.verdict.summary()
     assert report.executions is not None
     summary = report.executions.summary()
@@ -122,26 +136,32 @@ def test_short_chaos_run_with_executors_runs_each_dispatch_at_most_once(
     assert errors == []
 
 
-@pytest.mark.timeout(300)
+async def _mcp_executors(workdir: Path, bootstrap: Callable[[], str]) -> Report:
+    return await run(
+        Options(
+            seed=8,
+            turns=150,
+            duration=30.0,
+            faults=0,
+            bootstrap=bootstrap(),
+            workdir=workdir,
+            executors=2,
+            executor_faults=4,
+            executors_mcp=True,
+        )
+    )
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.side_by_side(scenario=_mcp_executors)
 def test_short_chaos_run_with_mcp_executors_runs_each_dispatch_at_most_once(
-    kafka_bootstrap: str, tmp_path: Path
+    side_by_side: SideBySide,
 ) -> None:
     """The same run with `processor executor mcp` members (``--executors-mcp``): every handler
     is a ``tools/call`` on a stdio MCP server (tests.chaos.mcp_effects) whose side effect is
     the line the checker reads. Killed inside a call, stopped, terminated: no dispatch runs
     twice, every one is reported, a kill mid-call is ``unknown`` and never run again."""
-    options = Options(
-        seed=8,
-        turns=150,
-        duration=30.0,
-        faults=0,
-        bootstrap=kafka_bootstrap,
-        workdir=tmp_path,
-        executors=2,
-        executor_faults=4,
-        executors_mcp=True,
-    )
-    report = asyncio.run(run(options))
+    report, tmp_path = side_by_side.value, side_by_side.workdir
     assert report.verdict.ok, report.verdict.summary()
     assert report.executions is not None
     summary = report.executions.summary()

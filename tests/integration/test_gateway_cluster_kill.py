@@ -34,7 +34,7 @@ from processor.adapters.base import TurnContext
 from processor.core.events import FragmentEvent, encode
 from processor.kafka.publish import Publisher
 from processor.ops.ctl import ControlWriter
-from tests.chaos.faults import Broker, free_port_base
+from tests.chaos.faults import QUICK_START_JVM, Broker, free_port_base
 from tests.integration.conftest import Runtime, call_events, turn_cancelled
 from tests.kafka_broker import read_partition
 
@@ -97,7 +97,7 @@ class Loop:
 @pytest.mark.timeout(600)
 async def test_a_gateways_producers_write_again_after_a_whole_cluster_kill(tmp_path: Path) -> None:
     port = int(os.environ.get("KAFKA_CHAOS_CLUSTER_PORT") or free_port_base())
-    broker = Broker(tmp_path / "cluster", port, port + 3, nodes=3)
+    broker = Broker(tmp_path / "cluster", port, port + 3, nodes=3, jvm_flags=QUICK_START_JVM)
     await broker.start()
     runtime = Runtime(broker.bootstrap, f"gw{uuid.uuid4().hex[:6]}.", tmp_path, partitions=3)
     try:
@@ -176,4 +176,4 @@ async def test_a_gateways_producers_write_again_after_a_whole_cluster_kill(tmp_p
         try:
             await runtime.close()
         finally:
-            await broker.stop()
+            await broker.kill()  # thrown away with tmp_path: no clean stop to wait for
