@@ -35,8 +35,9 @@ partition's records decided in offset order; rounds of different partitions run 
    soon as a handler ends, without a fetch or a claim in the way).
 5. **Run** the handlers side by side (:mod:`processor.executor.inflight`), each with its timeout;
    as they end, their outcomes (``succeeded`` / ``failed``, or ``unknown`` when the handler timed
-   out or was stopped) are written together, one transaction per partition, at most
-   ``executor_flush_interval_ms`` (5 ms) after the first of them ended plus the transaction.
+   out or was stopped) are written together, one transaction per partition,
+   ``executor_flush_interval_ms`` (5 ms) after the first of them ended, or with the partition's
+   claim round in flight when it ends, plus the transaction (docs/guarantees.md: measured).
 
 Which calls overlap: any two, of different turns or of one turn, on one dispatch partition or
 several (calls of one response are independent by every provider's definition of parallel tool
