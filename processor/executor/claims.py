@@ -1,15 +1,17 @@
 """The executor's claimer: a round of records in hand, from decoding to claims, side by side.
 
-Owns :class:`Claimer` and ``claim_fetch`` (steps 1-5 of :mod:`processor.executor.client` for the
-records the backlog hands it, each partition's in offset order): decode, skip another group's
-tools and what the ledger already holds, ONE fence for all the calls of the round
+Owns :class:`Claimer`: ``decide`` then ``claim`` (steps 1-5 of :mod:`processor.executor.client`
+for the records of one partition the backlog hands a round, in offset order): decode, skip
+another group's tools and what the ledger already holds, ONE fence for all the calls of the round
 (:class:`~processor.executor.fencing.CallGate`: one barrier read per control partition), ONE
 transaction per dispatch partition (:class:`~processor.executor.transactions.PartitionWriter`)
 that claims every call that passed it, refuses the others and commits the offset past the
 records decided (with the ends of calls that finished meanwhile), then the claimed calls wait
 for slots and start (:class:`~processor.executor.running.Runner`, the fence read again right
 before). It claims at most as many calls as may be claimed now (the free slots plus the
-claim-ahead, :meth:`InFlight.claimable <processor.executor.inflight.InFlight.claimable>`);
+claim-ahead, less what rounds beside it hold,
+:meth:`InFlight.claimable <processor.executor.inflight.InFlight.claimable>`; ``decide`` holds
+its candidates' slots at once, synchronously);
 the records after them go back to the backlog (``Fetched.leftover``). Also skipped records
 (their offset goes with the next transaction), refusals
 (:class:`~processor.executor.outputs.OutputRecords`), and ``unknown`` for claims a previous
@@ -176,7 +178,7 @@ class Claimer:
             decided.release()
 
     async def _claim_decided(self, plans: list[_Plan], release: Callable[[], None]) -> Fetched:
-        """The fence, the claim transactions and the start of what ``claim_fetch`` decided;
+        """The fence, the claim transactions and the start of what :meth:`decide` chose;
         ``release`` gives back the slots it held once the claimed calls wait in the queue."""
         if self._stopping.is_set():
             self._fetch_again(plans)
