@@ -58,18 +58,25 @@ def test_a_fragment_read_again_while_the_call_awaits_its_binding_is_a_duplicate(
 
 def test_seed5_restored_late_bound_calls_read_again_with_their_binding_dispatch() -> None:
     """Seed 5's shape: three calls and the response's end committed with the calls waiting for
-    their binding; the worker restores the partition and reads the fragments again, then the
-    ``turn.started``, in one batch."""
+    their binding (control's end 5 when they were read); the worker restores the partition and
+    reads the fragments again (control's end now 7), then the ``turn.started`` (control offset
+    5), in one batch, 28 s later: within the binding wait."""
     calls = _calls()
     streams = _streams(calls)
     fragments = [e for s in streams for e in s] + [calls[0].done()]
     first = Assembler(registry(), Limits(), verifier=AllowUnsigned())
+    first.advance_control(5, 100.0)
     for event in fragments:
-        first.handle(event, 100.0)
+        first.handle(event, 100.0, barrier=5)
     assert {first.call_state(c.key) for c in calls} == {CallState.TERMINAL_CANDIDATE}
     second = _restored(first)
-    run = Run(assembler=second, now=128.0)  # 28 s later: within the binding wait
-    run.feed(*fragments, turn_started())
+    run = Run(assembler=second, now=128.0)
+    for event in fragments:
+        run.outputs += second.handle(event, 128.0, barrier=7)
+    run.feed(turn_started())
+    run.outputs += second.advance_control(6, 128.0)
+    assert run.dispatches == []  # held until control is applied up to the later barrier
+    run.outputs += second.advance_control(8, 128.0)
     assert sorted(d.call_id for d in run.dispatches) == [c.call_id for c in calls]
     assert {run.ledger(c.call_id).terminal_reason for c in calls} == {"dispatched"}
 
