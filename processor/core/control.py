@@ -65,10 +65,17 @@ class ResponseRecord:
     barrier: int | None = None  # control position to apply before its calls act (see Assembler)
     provider_reason: str | None = None  # the provider's stop reason as the adapter gave it
 
-    def refusal(self) -> TerminalReason | None:
+    def refusal(self, *, call_ended: bool = False) -> TerminalReason | None:
+        """Why the response refuses a call event, if it does. ``ended`` is the reason of the
+        calls still open when the response ended; a completed response does not refuse the
+        events of a call that had ended before it (``call_ended``: a terminal candidate
+        waiting for its binding): they are read again (a restore behind its input offsets, a
+        reconnect replay) and are checked as duplicates of the call (chaos seed 5)."""
         if self.quarantined:
             return TerminalReason.QUARANTINED
-        return TerminalReason(self.ended) if self.ended else None
+        if not self.ended or (call_ended and self.completed):
+            return None
+        return TerminalReason(self.ended)
 
 
 @dataclass(slots=True)
@@ -197,8 +204,13 @@ class ControlState:
     def tool_disabled(self, tenant: str, tool: str) -> bool:
         return (tenant, tool) in self.disabled_tools or ("*", tool) in self.disabled_tools
 
-    def refusal(self, tenant: str, turn_id: str, response_id: str | None) -> TerminalReason | None:
-        """Why a call event of this turn/response must not make progress, if it must not."""
+    def refusal(
+        self, tenant: str, turn_id: str, response_id: str | None, *, call_ended: bool = False
+    ) -> TerminalReason | None:
+        """Why a call event of this turn/response must not make progress, if it must not.
+
+        ``call_ended``: the event is of a call that has had its terminal event (see
+        :meth:`ResponseRecord.refusal`)."""
         if tenant in self.stopped_tenants:
             return TerminalReason.TENANT_STOPPED
         turn = self.turns.get((tenant, turn_id))  # self.turn(), inlined: once per fragment
@@ -207,7 +219,7 @@ class ControlState:
         if response_id is not None:
             response = self.responses.get((tenant, turn_id, response_id))
             if response is not None and (response.quarantined or response.ended):
-                return response.refusal()
+                return response.refusal(call_ended=call_ended)
         return None
 
     # -- forgetting ----------------------------------------------------------------------

@@ -52,6 +52,10 @@ def on_fragment(
             state.late_events += 1  # a replay of a call whose fragments are already complete
             return
         refusal = state.control.refusal(ids[0], ids[1], ids[2])
+        if refusal is not None and buf.state is CallState.TERMINAL_CANDIDATE:
+            # its own events read again are duplicates, not refused by its response's completed
+            # end (they are checked below: a different one fails the call); off the hot path
+            refusal = state.control.refusal(ids[0], ids[1], ids[2], call_ended=True)
         if refusal is not None:
             terminate(state, buf, refusal, now, out)
             return
