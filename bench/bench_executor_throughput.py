@@ -9,6 +9,13 @@ own, in a process of its own:
 - **plain**: an aiokafka consumer group member (read_committed, no auto-commit) that decodes
   each dispatch record and runs the handler with up to ``--in-flight`` calls at once, and
   commits each partition's offset past its completed calls (no fence, no ledger, no result);
+- **floor**: the Kafka work of at-most-once with a claim ledger and nothing else (:func:`floor`):
+  a transactional producer per partition, a ``claimed`` record per call and the offsets in one
+  transaction per fetched batch before the handlers start, the ends (a ledger record and a
+  result per call) in one transaction per partition as they finish. No fence, no registry, no
+  models but the dispatch's decode. The executor's figures above it are its own Python (the
+  fence, the ledger's state, the runner); the floor's above the plain consumer's are the
+  protocol's, with this client;
 - **executor**: one :class:`~processor.executor.client.ExecutorClient` (``max_in_flight`` =
   ``--in-flight``): the fence, the claims, the handler, the outcomes.
 
@@ -22,7 +29,9 @@ start. Steady calls/s: the calls whose handler ended between the 10th and the 90
 of handler end times, over that interval (start-up and take excluded). CPU: the contender
 process's own (user + system, from ``getrusage``) per call, and the broker's (its process's
 ``/proc`` ticks over the contender's run) per call when a local broker process is found; the
-broker is shared with whatever else runs on the machine, so its figure is an upper bound.
+broker is shared with whatever else runs on the machine, so its figure is an upper bound. The
+marginal CPU per call: the large backlog's run less the small one's, over the extra calls
+(start-up, the group join and the takes cancel out).
 
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 python bench/bench_executor_throughput.py \\
         [--calls 2000] [--small-calls 300] [--partitions 6] [--in-flight 64] [--repeat 1] [--out F]
@@ -121,6 +130,135 @@ async def plain(settings: Any, calls: int, seconds: float, limit: int) -> list[f
         await asyncio.gather(*tasks)
     finally:
         await consumer.stop()
+    return ends
+
+
+async def floor(settings: Any, calls: int, seconds: float, limit: int) -> list[float]:
+    """The at-most-once floor: the Kafka work any executor with a claim ledger must do, and
+    nothing else. Per ``dispatch`` partition a transactional producer of its own (as the
+    executor's, for fencing); per fetched batch of a partition, one transaction writes a
+    ``claimed`` ledger record per call and the offsets, before the handlers start; the ends
+    (a ledger record and a result per call) go in one transaction per partition as they
+    finish. The records have the executor's sizes and keys. No fence, no registry, no models
+    beyond the dispatch's decode (the plain consumer's): what is left of the executor's CPU
+    per call above this is its own Python, not the protocol."""
+    import orjson  # noqa: PLC0415
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: PLC0415
+
+    from processor.executor.records import decode_dispatch  # noqa: PLC0415
+    from processor.kafka.batches import send_batched  # noqa: PLC0415
+    from processor.kafka.codec import Outbound  # noqa: PLC0415
+
+    ends: list[float] = []
+    handle = _handler(seconds, ends)
+    group = f"floor-{uuid.uuid4().hex[:8]}"
+    topics = settings.topics
+    consumer = AIOKafkaConsumer(
+        topics.dispatch,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        **settings.kafka_client_kwargs(),
+    )
+    await consumer.start()
+    slots = asyncio.Semaphore(limit)
+    producers: dict[int, AIOKafkaProducer] = {}
+    locks: dict[int, asyncio.Lock] = {}
+    finished: dict[int, list[Outbound]] = {}
+    writers: dict[int, asyncio.Task[None]] = {}
+    tasks: set[asyncio.Task[Any]] = set()
+
+    def entry(dispatch: Any, state: str, partition: int, offset: int) -> Outbound:
+        value = orjson.dumps(
+            {
+                "v": 1, "tenant": dispatch.tenant, "turn_id": dispatch.turn_id,
+                "response_id": dispatch.response_id, "item_id": dispatch.item_id,
+                "call_id": dispatch.call_id, "type": "execution.entry", "group": group,
+                "dispatch_id": dispatch.dispatch_id, "state": state, "tool": dispatch.tool,
+                "tool_version": dispatch.tool_version, "executor_id": "floor",
+                "dispatch_partition": partition, "dispatch_offset": offset, "ts": time.time(),
+            }
+        )  # fmt: skip
+        return Outbound(
+            topics.executions, orjson.dumps([group, dispatch.dispatch_id]), value, [], partition
+        )
+
+    def result(dispatch: Any, key: bytes, output: Any) -> Outbound:
+        value = orjson.dumps(
+            {
+                "v": 1, "tenant": dispatch.tenant, "turn_id": dispatch.turn_id,
+                "response_id": dispatch.response_id, "item_id": dispatch.item_id,
+                "call_id": dispatch.call_id, "type": "execution.result",
+                "result_id": uuid.uuid4().hex, "dispatch_id": dispatch.dispatch_id,
+                "tool": dispatch.tool, "tool_version": dispatch.tool_version,
+                "executor_group": group, "executor_id": "floor", "outcome": "succeeded",
+                "reason": None, "blocked_by": None, "retry_possible": False, "detail": "",
+                "output": output, "started_at": time.time(), "ts": time.time(),
+            }
+        )  # fmt: skip
+        return Outbound(topics.results, key, value, [])
+
+    async def producer_of(partition: int) -> AIOKafkaProducer:
+        if partition not in producers:
+            producer = AIOKafkaProducer(
+                **settings.kafka_client_kwargs(), transactional_id=f"{group}-{partition}"
+            )
+            await producer.start()
+            producers[partition] = producer
+            locks[partition] = asyncio.Lock()
+        return producers[partition]
+
+    async def transaction(partition: int, records: list[Outbound], offsets: Any) -> None:
+        producer = producers[partition]
+        async with locks[partition]:
+            await producer.begin_transaction()
+            futures: list[asyncio.Future[Any]] = []
+            await send_batched(producer, records, futures)
+            if offsets:
+                await producer.send_offsets_to_transaction(offsets, group)
+            await producer.commit_transaction()
+            await asyncio.gather(*futures)
+
+    async def write_ends(partition: int) -> None:
+        while finished[partition]:
+            records, finished[partition] = finished[partition], []
+            await transaction(partition, records, None)
+            for _ in range(len(records) // 2):
+                slots.release()
+
+    async def run(partition: int, offset: int, dispatch: Any, key: bytes) -> None:
+        output = await handle(dispatch)
+        finished.setdefault(partition, []).extend(
+            (entry(dispatch, "succeeded", partition, offset), result(dispatch, key, output))
+        )
+        writer = writers.get(partition)
+        if writer is None or writer.done():
+            writers[partition] = asyncio.create_task(write_ends(partition))
+
+    async def claim_and_start(tp: TopicPartition, records: list[Any]) -> None:
+        await producer_of(tp.partition)
+        dispatches = [(r, decode_dispatch(r.value)) for r in records]
+        claims = [entry(d, "claimed", tp.partition, r.offset) for r, d in dispatches]
+        await transaction(tp.partition, claims, {tp: records[-1].offset + 1})
+        for r, d in dispatches:
+            task = asyncio.create_task(run(tp.partition, r.offset, d, r.key))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    try:
+        while len(ends) < calls:
+            batches = await consumer.getmany(timeout_ms=100, max_records=limit)
+            for tp, records in batches.items():
+                for _ in records:
+                    await slots.acquire()  # the bound: this loop waits for a free slot
+                await claim_and_start(tp, records)
+        while tasks or any(not w.done() for w in writers.values()):
+            await asyncio.sleep(0.01)
+    finally:
+        await consumer.stop()
+        for producer in producers.values():
+            await producer.stop()
     return ends
 
 
@@ -293,7 +431,7 @@ def contender_main(args: argparse.Namespace) -> None:
     if args.contender == "member":
         ends = asyncio.run(member(settings, seconds, args.in_flight, args.group, args.status))
     else:
-        run = plain if args.contender == "plain" else executor
+        run = {"plain": plain, "floor": floor, "executor": executor}[args.contender]
         ends = asyncio.run(run(settings, args.calls, seconds, args.in_flight))
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -504,7 +642,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 asyncio.run(_backlog(args.bootstrap, prefix, size, args.partitions))
                 sized = argparse.Namespace(**{**vars(args), "calls": size})
                 try:
-                    for contender in ("plain", "executor"):  # side by side, the same backlog
+                    for contender in ("plain", "floor", "executor"):  # side by side
                         run = _contend(sized, prefix, contender, handler)
                         out["runs"].setdefault(f"{handler}/{contender}{suffix}", []).append(run)
                         print(f"{handler}/{contender}{suffix}: {json.dumps(run)}", flush=True)
@@ -528,25 +666,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             asyncio.run(_drop(args.bootstrap, prefix, args.partitions))
         out.setdefault("latency", []).append(run)
         print(f"latency: {json.dumps(run)}", flush=True)
-    out["summary"] = {
-        handler: _compare(out["runs"][f"{handler}/plain"], out["runs"][f"{handler}/executor"])
-        | {
-            "two_executors_calls_per_second": _median(
-                [r["steady_calls_per_second"] for r in out["runs"][f"{handler}/two executors"]]
-            )
-        }
-        | (
-            {
-                f"small_{k}": v
-                for k, v in _compare(
-                    out["runs"][f"{handler}/plain/small"], out["runs"][f"{handler}/executor/small"]
-                ).items()
-            }
-            if f"{handler}/plain/small" in out["runs"]
-            else {}
-        )
-        for handler in HANDLERS
-    }
+    out["summary"] = {handler: _summary(out["runs"], handler, args) for handler in HANDLERS}
     if out.get("latency"):
         out["latency_summary"] = {
             "rate": args.rate,
@@ -570,18 +690,40 @@ def _per_call(runs: list[dict[str, Any]], key: str) -> float | None:
     return _median(got) * 1000 if got else None
 
 
-def _compare(plain_runs: list[dict[str, Any]], exec_runs: list[dict[str, Any]]) -> dict[str, Any]:
-    p = _median([r["steady_calls_per_second"] for r in plain_runs])
-    e = _median([r["steady_calls_per_second"] for r in exec_runs])
-    return {
-        "plain_calls_per_second": p,
-        "executor_calls_per_second": e,
-        "ratio": e / p,
-        "plain_cpu_ms_per_call": _per_call(plain_runs, "cpu_seconds"),
-        "executor_cpu_ms_per_call": _per_call(exec_runs, "cpu_seconds"),
-        "plain_broker_cpu_ms_per_call": _per_call(plain_runs, "broker_cpu_seconds"),
-        "executor_broker_cpu_ms_per_call": _per_call(exec_runs, "broker_cpu_seconds"),
-    }
+def _summary(runs: dict[str, list[dict[str, Any]]], handler: str, args: Any) -> dict[str, Any]:
+    """One handler's figures: each contender's steady rate, CPU and the broker's per call on
+    both backlogs, and the marginal CPU per call (the extra calls of the large backlog over the
+    small one: start-up, the group join and the takes cancel out)."""
+    out: dict[str, Any] = {}
+    for suffix, prefix in (("", ""), ("/small", "small_")):
+        if f"{handler}/plain{suffix}" not in runs:
+            continue
+        for contender in ("plain", "floor", "executor"):
+            got = runs.get(f"{handler}/{contender}{suffix}")
+            if not got:
+                continue
+            out[f"{prefix}{contender}_calls_per_second"] = _median(
+                [r["steady_calls_per_second"] for r in got]
+            )
+            out[f"{prefix}{contender}_cpu_ms_per_call"] = _per_call(got, "cpu_seconds")
+            out[f"{prefix}{contender}_broker_cpu_ms_per_call"] = _per_call(
+                got, "broker_cpu_seconds"
+            )
+        out[f"{prefix}ratio"] = (
+            out[f"{prefix}executor_calls_per_second"] / out[f"{prefix}plain_calls_per_second"]
+        )
+    for contender in ("plain", "floor", "executor"):
+        big, small = runs.get(f"{handler}/{contender}"), runs.get(f"{handler}/{contender}/small")
+        extra = args.calls - args.small_calls
+        if big and small and extra > 0:
+            cpu = _median([r["cpu_seconds"] for r in big]) - _median(
+                [r["cpu_seconds"] for r in small]
+            )
+            out[f"{contender}_marginal_cpu_ms_per_call"] = 1000 * cpu / extra
+    out["two_executors_calls_per_second"] = _median(
+        [r["steady_calls_per_second"] for r in runs[f"{handler}/two executors"]]
+    )
+    return out
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -591,22 +733,53 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"A backlog of {result['calls']} calls over {result['partitions']} `dispatch` "
         f"partitions, up to {result['in_flight']} calls in flight, {result['repeat']} run(s) "
-        "per contender (medians), plain consumer and executor side by side on the same backlog.",
+        "per contender (medians); the plain consumer, the at-most-once floor and the executor "
+        "side by side on the same backlog.",
         "",
-        "| handler | plain consumer, steady calls/s | one executor, steady calls/s | ratio | "
-        "CPU per call, plain / executor | broker CPU per call, plain / executor "
+        "| handler | plain consumer, steady calls/s | floor, steady calls/s "
+        "| one executor, steady calls/s | ratio (executor / plain) "
+        "| broker CPU per call, plain / floor / executor "
         "| two executors, steady calls/s (/ one) |",
         "|---|---|---|---|---|---|---|",
     ]
     names = {"noop": "returns at once", "sleep": "`await asyncio.sleep(0.1)`"}
+
+    def three(s: dict[str, Any], key: str) -> str:
+        return " / ".join(ms(s.get(f"{c}_{key}")) for c in ("plain", "floor", "executor"))
+
+    def times(s: dict[str, Any], key: str) -> str:
+        plain = s.get(f"plain_{key}")
+        if not plain:
+            return "n/a"
+        return " / ".join(
+            "n/a" if s.get(f"{c}_{key}") is None else f"{s[f'{c}_{key}'] / plain:.1f}x"
+            for c in ("floor", "executor")
+        )
+
     for handler, s in result["summary"].items():
         lines.append(
             f"| {names[handler]} | {s['plain_calls_per_second']:,.0f} "
+            f"| {s.get('floor_calls_per_second', 0):,.0f} "
             f"| {s['executor_calls_per_second']:,.0f} | {s['ratio']:.2f} "
-            f"| {ms(s['plain_cpu_ms_per_call'])} / {ms(s['executor_cpu_ms_per_call'])} "
-            f"| {ms(s['plain_broker_cpu_ms_per_call'])} / "
-            f"{ms(s['executor_broker_cpu_ms_per_call'])} "
+            f"| {three(s, 'broker_cpu_ms_per_call')} "
             f"| {s['two_executors_calls_per_second']:,.0f} ({s['two_executors_vs_one']:.2f}x) |"
+        )
+    lines += [
+        "",
+        "CPU of the contender's process per call: over its whole run, and marginal (the "
+        "large backlog's extra calls over the small one's: start-up and takes cancel out); "
+        "floor and executor as multiples of the plain consumer's.",
+        "",
+        "| handler | whole run, plain / floor / executor | (x plain) "
+        "| marginal, plain / floor / executor | (x plain) |",
+        "|---|---|---|---|---|",
+    ]
+    for handler, s in result["summary"].items():
+        lines.append(
+            f"| {names[handler]} | {three(s, 'cpu_ms_per_call')} "
+            f"| {times(s, 'cpu_ms_per_call')} "
+            f"| {three(s, 'marginal_cpu_ms_per_call')} "
+            f"| {times(s, 'marginal_cpu_ms_per_call')} |"
         )
     small = [(h, s) for h, s in result["summary"].items() if "small_ratio" in s]
     if small:
@@ -647,7 +820,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     )
     parser.add_argument(
-        "--contender", choices=("plain", "executor", "member", "latency"), help=argparse.SUPPRESS
+        "--contender",
+        choices=("plain", "floor", "executor", "member", "latency"),
+        help=argparse.SUPPRESS,
     )
     parser.add_argument("--handler", choices=tuple(HANDLERS), help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
