@@ -40,7 +40,7 @@ from aiokafka.structs import ConsumerRecord
 
 from processor.core.errors import ConfigurationError, KafkaStepError
 from processor.executor.fence import ApplyOutcome, FenceState
-from processor.kafka.clients import committed_reader, read_to_end, stop_consumer
+from processor.kafka.clients import committed_reader, end_offsets, read_to_end, stop_consumer
 from processor.kafka.partitioner import partition_for
 from processor.kafka.topics import partition_count
 from processor.observability import metrics
@@ -79,6 +79,7 @@ class ControlBarrier:
         self._states: dict[int, FenceState] = {}
         self._partitions = 0
         self._lock = asyncio.Lock()
+        self._next = _Read()  # the read the syncs asked now will share
         self.applied: dict[ApplyOutcome, int] = dict.fromkeys(ApplyOutcome, 0)
 
     @property
@@ -135,35 +136,61 @@ class ControlBarrier:
         """Apply each of ``partitions`` up to its current end offset, the end offsets asked in
         ONE ListOffsets request (the calls of a fetch share it); their fence states.
 
+        Syncs asked while a read is in flight share the next read (a group commit): each joins
+        the read that has not started yet, and a read starts only after every sync it serves
+        was asked, so its end offsets are never older than any of them. Claim rounds side by
+        side, the starts and the stop watch ask at once; each used to wait for the others'
+        reads and then make its own.
+
         Records the reader holds for the other partitions are applied too, before and after:
         while any partition's records wait unread in the reader, aiokafka sends its broker no
         new fetch for up to 100 ms (its prefetch back-off), so a partition read on demand
         waited for that every time another one had records: ~90 ms a sync under a steady
         trickle of calls, the executor's bound below 100 calls/s."""
+        if self._consumer is None or self._offsets is None:
+            raise RuntimeError("ControlBarrier.start() was not awaited")
+        wanted = dict.fromkeys(partitions)
+        deadline = time.monotonic() + timeout
+        while True:
+            read = self._next
+            read.join(wanted, deadline)
+            async with self._lock:
+                if not read.started:  # the first of its syncs here: the read starts now
+                    self._next = _Read()  # syncs asked from now on wait for the next one
+                    read.started = True
+                    try:
+                        await self._read(read)
+                    except BaseException as exc:
+                        read.failed = exc
+                        raise
+            if read.failed is None:
+                return {p: self._states[p] for p in wanted}
+            if isinstance(read.failed, Exception):  # the shared read failed: this sync too
+                raise read.failed
+            # the sync that made the read was cancelled, not this one: ask again
+
+    async def _read(self, read: _Read) -> None:
         consumer, offsets = self._consumer, self._offsets
         if consumer is None or offsets is None:
-            raise RuntimeError("ControlBarrier.start() was not awaited")
-        deadline = time.monotonic() + timeout
-        tps = [TopicPartition(self.topic, p) for p in dict.fromkeys(partitions)]
-        async with self._lock:
-            await self._apply_held(consumer)
-            ends = await offsets.end_offsets(tps)
-            for tp in tps:
-                done = await read_to_end(
-                    consumer,
-                    tp,
-                    ends[tp],
-                    self._applier(tp.partition),
-                    deadline=deadline,
-                    max_records=1000,
+            raise RuntimeError("the barrier stopped")
+        tps = [TopicPartition(self.topic, p) for p in read.partitions]
+        await self._apply_held(consumer)
+        ends = await end_offsets(offsets, tps)
+        for tp in tps:
+            done = await read_to_end(
+                consumer,
+                tp,
+                ends[tp],
+                self._applier(tp.partition),
+                deadline=read.deadline,
+                max_records=1000,
+            )
+            if not done:
+                position = await consumer.position(tp)
+                raise BarrierTimeout(
+                    detail=f"{self.topic}[{tp.partition}] at {position}, end {ends[tp]}"
                 )
-                if not done:
-                    position = await consumer.position(tp)
-                    raise BarrierTimeout(
-                        detail=f"{self.topic}[{tp.partition}] at {position}, end {ends[tp]}"
-                    )
-            await self._apply_held(consumer)
-        return {tp.partition: self._states[tp.partition] for tp in tps}
+        await self._apply_held(consumer)
 
     async def _apply_held(self, consumer: AIOKafkaConsumer) -> None:
         """Apply, in order, whatever records the reader already holds, of any partition."""
@@ -188,3 +215,22 @@ class ControlBarrier:
 
     def forget(self, horizon: float) -> int:
         return sum(state.forget(horizon) for state in self._states.values())
+
+
+class _Read:
+    """One barrier read shared by the syncs that joined it before it started: the union of
+    their partitions, the earliest of their deadlines, and how it ended."""
+
+    __slots__ = ("deadline", "failed", "partitions", "started")
+
+    def __init__(self) -> None:
+        self.partitions: dict[int, None] = {}
+        self.deadline = float("inf")
+        self.started = False
+        self.failed: BaseException | None = None
+
+    def join(self, partitions: dict[int, None], deadline: float) -> None:
+        if self.started:
+            raise RuntimeError("a sync joined a read that had started")
+        self.partitions.update(partitions)
+        self.deadline = min(self.deadline, deadline)

@@ -37,6 +37,7 @@ from processor.kafka import hanging
 from processor.kafka.batches import send_batched
 from processor.kafka.clients import discard_producer, settle_unawaited
 from processor.kafka.owner_fence import OwnerFence
+from processor.kafka.partitioner import default_partitioner
 from processor.observability.logging import fields
 from processor.settings import Settings
 
@@ -110,6 +111,8 @@ class PartitionWriter:
                 max_request_size=settings.max_message_bytes,
                 # a transaction's records for one partition leave in one batch (send_batched)
                 max_batch_size=min(settings.producer_batch_bytes, settings.max_message_bytes),
+                # results and statuses are keyed by turn: murmur2 cached, as the workers'
+                partitioner=default_partitioner,
             )
 
         async def partitions(client: Any) -> list[TopicPartition]:
