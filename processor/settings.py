@@ -214,7 +214,7 @@ class Settings(BaseSettings):
     # handlers one executor runs at once, across its partitions and within one
     # (processor.executor.inflight): the bound is its back-pressure (the consumer pauses)
     executor_max_in_flight: int = Field(default=64, gt=0)
-    # claimed calls that may wait for a free slot (None: a quarter of executor_max_in_flight, at
+    # claimed calls that may wait for a free slot (None: half of executor_max_in_flight, at
     # least 1): a slot that frees is taken at once, not after a fetch and a claim transaction;
     # an executor killed meanwhile reports them ``unknown`` (they never run), at most this many
     executor_claim_ahead: int | None = Field(default=None, ge=0)
