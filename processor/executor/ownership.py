@@ -352,7 +352,8 @@ class Ownership:
         fence, with an OffsetFetch that answers the offset before a transaction still pending:
         the ledger makes such a stale offset safe (its calls are found taken), so this saves
         reading them again; it is not what keeps a call from running twice."""
-        holder = self._admin() or self._consumer()
+        admin = self._admin()
+        holder = admin if admin is not None else self._consumer()
         if holder is None:
             return None  # stopped: nothing to seek
         timeout = 2 * self.settings.request_timeout_ms / 1000
