@@ -32,6 +32,7 @@
     │   │   └── EndsUnrecorded          a claimed call's end unwritten for rounds: retaken
     │   ├── TransactionHeld         a task's own open transactions it may not end
     │   ├── HangingError            a DescribeProducers/WriteTxnMarkers request failed
+    │   ├── StableOffsetsError      committed offsets not read as stable (KIP-447) in time
     │   └── BarrierTimeout          control or the ledger not read to its end in time
     ├── StateStoreError         a partition's local state that cannot be used as it is   [70]
     │   ├── StoreCorrupt            unreadable or damaged: destroyed and rebuilt

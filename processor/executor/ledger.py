@@ -20,7 +20,9 @@ once.
 Why the ledger and not only the offsets: offsets are per group and can move backwards (expired
 group offsets with ``auto.offset.reset``, a manual reset, a stale ``OffsetFetch`` right after a
 transaction commit, a duplicate dispatch record). The ledger answers "did this group ever take
-this ``dispatch_id``?" whatever the offsets say.
+this ``dispatch_id``?" whatever the offsets say. (A take reads the committed offset again after
+its fence, as a stable offset, :mod:`processor.kafka.stable_offsets`, which no longer answers
+the offset before a pending transaction: that saves re-reads, the ledger stays the guard.)
 
 Why this is safe across rebalances and zombies: ledger partition p belongs to dispatch partition
 p, and both are written only by the producer with transactional id ``<group>.executor.<p>``. A new

@@ -5,7 +5,8 @@ Owns :class:`Ownership`: the owned partitions
 flushes) of different partitions run side by side and a rebalance run alone
 (:class:`~processor.executor.rounds.RoundGate`), and the rebalances themselves: taking the
 partitions of an assignment side by side (each a new transactional producer through the owner
-fence, its ledger restored, the claims a previous owner left unfinished reported ``unknown``),
+fence, its ledger restored, the claims a previous owner left unfinished reported ``unknown``, the
+consumer sought to the group's committed offset read then as a stable offset),
 releasing one (its running calls end up to a bound, their ends and its offset written, its
 producer stopped), retrying a failed take, and taking one back after a fence that no rebalance
 follows (``lose``). Also which partitions have ends or offsets to write (``due``) and their
@@ -40,6 +41,7 @@ from processor.executor.running import Runner
 from processor.executor.transactions import PartitionWriter
 from processor.kafka import hanging
 from processor.kafka.clients import discard_producer
+from processor.kafka.stable_offsets import stable_committed
 from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.settings import Settings
@@ -317,11 +319,15 @@ class Ownership:
                         await discard_producer(owned.producer)
 
     async def take(self, partition: int) -> OwnedPartition:
-        """Fence the previous owner, restore the ledger, report its unfinished claims (a take
-        that cannot report them fails, and is retried: they would stay claimed otherwise)."""
+        """Fence the previous owner, restore the ledger, read the group's committed offset as a
+        stable offset (:meth:`stable_offset`), report its unfinished claims (a take that cannot
+        report them fails, and is retried: they would stay claimed otherwise), and seek the
+        consumer to that offset."""
         producer = await self._writer.new_producer(partition, in_doubt=True)  # the last end
+        tp = TopicPartition(self.topics.dispatch, partition)
         try:
             entries = await self.restore_ledger(partition)
+            resume_at = await self.stable_offset(tp)
         except BaseException:
             await discard_producer(producer)  # nothing to flush; bounded with the broker gone
             raise
@@ -336,7 +342,33 @@ class Ownership:
         except (Fenced, TransactionFailed) as exc:
             await discard_producer(owned.producer)
             raise _TakeFailed(type(exc).__name__) from None
+        self._seek(tp, resume_at)
         return owned
+
+    async def stable_offset(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp``, read after the fence as a stable offset
+        (:func:`~processor.kafka.stable_offsets.stable_committed`, under the fence's bound; None:
+        none committed). aiokafka's group coordinator fetched one at the assignment, before the
+        fence, with an OffsetFetch that answers the offset before a transaction still pending:
+        the ledger makes such a stale offset safe (its calls are found taken), so this saves
+        reading them again; it is not what keeps a call from running twice."""
+        admin = self._admin()
+        holder = admin if admin is not None else self._consumer()
+        if holder is None:
+            return None  # stopped: nothing to seek
+        timeout = 2 * self.settings.request_timeout_ms / 1000
+        offsets = await stable_committed(holder._client, self.group, [tp], timeout=timeout)
+        return offsets[tp]
+
+    def _seek(self, tp: TopicPartition, offset: int | None) -> None:
+        """Read the partition from ``offset`` on (what was fetched of it before is dropped);
+        None (none committed): from where the consumer's reset (earliest) puts it."""
+        consumer = self._consumer()
+        if consumer is None or offset is None:
+            return
+        self._forget(tp)
+        with contextlib.suppress(Exception):  # revoked meanwhile: the next owner's
+            consumer.seek(tp, offset)
 
     async def restore_ledger(self, partition: int) -> dict[str, ExecutionEntry]:
         """The group's ledger partition, read to its end now."""

@@ -155,6 +155,12 @@ RESTORE_FAILURES: Final = Counter(
     "toolcall_restore_failures",
     "Partition preparations (fence, restore, seek) that failed or timed out and were retried.",
 )
+UNSTABLE_OFFSET_ANSWERS: Final = Counter(
+    "toolcall_unstable_offset_answers",
+    "OffsetFetch answers UNSTABLE_OFFSET_COMMIT (a transaction's offsets for the group still "
+    "pending) while a worker's preparation or an executor's take reads its committed offsets "
+    "as stable offsets (processor.kafka.stable_offsets); each is asked again.",
+)
 
 HANGING_TRANSACTIONS_ENDED: Final = Counter(
     "toolcall_hanging_transactions_ended",

@@ -35,8 +35,10 @@ The facade owns the order of the life and nothing else:
        Assembler this worker had before the rebalance that gives p back and apply only the
        changelog tail written since its own last committed transaction. Only an Assembler whose
        every change is committed is kept; anything else is restored in full;
-    4. read the group's committed offsets for both input partitions (after the fence, so they
-       are final) and seek the consumer there; ``expected`` holds these next offsets.
+    4. read the group's committed offsets for both input partitions, after the fence and as
+       stable offsets (KIP-447: the coordinator answers once the last transaction's offsets
+       are applied; :mod:`~processor.kafka.stable_offsets`), under the fence's bound, and seek
+       the consumer there; ``expected`` holds these next offsets.
 
 ``build`` (synchronous, no IO) and ``commit`` per batch, then ``close``.
 """
@@ -120,7 +122,13 @@ class PartitionTask:
         progress.input_partitions = recovery.input_partitions(
             consumer, self.topics.fragments, self.partition
         )
-        await recovery.seek(consumer, self.tps, progress.expected)
+        await recovery.seek(
+            consumer,
+            self.tps,
+            progress.expected,
+            group_id=self.settings.group_id,
+            timeout=2 * self.settings.request_timeout_ms / 1000,  # the fence's bound
+        )
         self.emitter.clear()
         progress.prepared()
         return result

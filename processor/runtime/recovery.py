@@ -15,8 +15,8 @@ in order of preference, from
 A store found damaged is destroyed and replaced by an empty one, and the restore goes on to the
 next source; a store whose write fails after a commit is dropped (:meth:`Recovery.store_committed`)
 and continues from its checkpoint on the next preparation. The store is opened once per task and
-closed with it. :func:`seek` and :func:`input_partitions` read the group's committed offsets and
-the inputs' partition count, the preparation's last step.
+closed with it. :func:`seek` and :func:`input_partitions` read the group's committed offsets (as
+stable offsets, after the fence) and the inputs' partition count, the preparation's last step.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaTimeoutError
 from aiokafka.structs import TopicPartition
 
 from processor.core.assembler import Assembler
+from processor.kafka.stable_offsets import stable_committed
 from processor.observability import metrics
 from processor.observability.logging import fields
 from processor.runtime import collector
@@ -235,14 +236,27 @@ def input_partitions(consumer: Any, topic: str, partition: int) -> int:
 
 
 async def seek(
-    consumer: Any, tps: Sequence[TopicPartition], expected: dict[TopicPartition, int]
+    consumer: Any,
+    tps: Sequence[TopicPartition],
+    expected: dict[TopicPartition, int],
+    *,
+    group_id: str,
+    timeout: float,
 ) -> None:
-    """Seek the consumer to the group's committed offsets of ``tps`` (read after the fence, so
-    they are final; the beginning when none) and record the next offsets in ``expected``."""
+    """Seek the consumer to the group's committed offsets of ``tps`` (the beginning when none)
+    and record the next offsets in ``expected``.
+
+    Read after the fence, in one request, as *stable* offsets
+    (:func:`~processor.kafka.stable_offsets.stable_committed`): the fence completed or aborted
+    the previous owner's transaction, and the group coordinator is asked to answer only once
+    that transaction's offsets are applied, never the offsets before it. Raises
+    ``StableOffsetsError`` past ``timeout`` seconds, or when the broker cannot tell: the
+    preparation fails and is tried again."""
+    committed = await stable_committed(consumer._client, group_id, tps, timeout=timeout)
     for tp in tps:
-        committed = await consumer.committed(tp)
-        if committed is None:
+        offset = committed[tp]
+        if offset is None:
             await consumer.seek_to_beginning(tp)
         else:
-            consumer.seek(tp, committed)
+            consumer.seek(tp, offset)
         expected[tp] = await consumer.position(tp)

@@ -7,6 +7,11 @@ answers a connection's requests in order). And the takes of an assignment ran on
 other. Now an empty ledger partition is known from its offsets alone (no reader of its own),
 the coordinator is asked on a client with no fetch of its own, and the partitions of an
 assignment are taken side by side. Asserted by what the take does, not by its time.
+
+A take also reads the group's committed offset after its fence as a stable offset (KIP-447) and
+seeks there (the last test): aiokafka's own read at the assignment, before the fence, answers
+the offset before a transaction whose offsets are still pending. The ledger makes such a stale
+offset safe; the seek saves reading those records again.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
+from prometheus_client import REGISTRY
 
 from processor.executor import ledger as ledger_module
 from processor.executor.client import ExecutorClient
@@ -96,6 +104,57 @@ async def test_partitions_are_taken_side_by_side_and_empty_ledgers_need_no_reade
 
         await _until(skipped)
     assert again.calls == []
+
+
+def _unstable_answers() -> float:
+    return REGISTRY.get_sample_value("toolcall_unstable_offset_answers_total") or 0.0
+
+
+@pytest.mark.partitions(1)
+async def test_a_take_resumes_from_the_stable_committed_offset(runtime: Runtime) -> None:
+    """Six dispatch records; the group committed 2, and another transactional id's open
+    transaction holds 5 for it. The take waits for that transaction (where aiokafka's read at
+    the assignment answered 2); once it commits, the executor reads from 5: the records at 2-4
+    are not read, so not run (here they are not in the ledger, which would otherwise keep
+    them from running again)."""
+    rt = runtime
+    group = group_of(rt)
+    dispatches = [make_dispatch("acme", "t-stable", f"call_{i}") for i in range(6)]
+    await rt.control(turn_started("acme", "t-stable"))
+    await write_dispatch(rt, *dispatches)
+    tp = TopicPartition(rt.topics.dispatch, 0)
+    member = AIOKafkaConsumer(
+        group_id=group, enable_auto_commit=False, **rt.settings.kafka_client_kwargs()
+    )
+    other = AIOKafkaProducer(
+        transactional_id=f"{rt.prefix}elsewhere", **rt.settings.kafka_client_kwargs()
+    )
+    await member.start()
+    await other.start()
+    recorder = Recorder()
+    executor = Executor(rt.settings, recorder.handlers, group=group)
+    try:
+        member.assign([tp])
+        await member.commit({tp: 2})
+        await member.stop()  # out of the group's way
+        await other.begin_transaction()
+        await other.send_offsets_to_transaction({tp: OffsetAndMetadata(5, "")}, group)
+        before = _unstable_answers()
+        await executor.client.start()
+        executor.task = asyncio.create_task(executor.client.run())
+
+        async def taking_or_ran() -> bool:
+            return bool(recorder.calls) or _unstable_answers() > before
+
+        await _until(taking_or_ran)
+        assert recorder.dispatch_ids == []  # before: the calls at 2-4 ran
+        await other.commit_transaction()
+        await wait_results(rt.settings, 1)
+        assert recorder.dispatch_ids == [dispatches[5].dispatch_id]
+    finally:
+        await executor.stop()
+        await other.stop()
+        await member.stop()
 
 
 async def _wait_owned(client: ExecutorClient, n: int) -> None:

@@ -1,5 +1,6 @@
 """A partition's preparation fails, and is retried, rather than go on without what it needs: a
-fence it cannot finish within its bound, or the inputs' partition count (the last test).
+fence it cannot finish within its bound, the inputs' partition count, or committed offsets read
+as stable offsets (the last two tests).
 
 aiokafka retries ``InitProducerId`` and waits for metadata with no end of its own. In chaos
 seed 4 on three brokers, a whole-cluster restart held one partition's preparation, silent, for
@@ -17,12 +18,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaTimeoutError
+from aiokafka.structs import OffsetAndMetadata
+from prometheus_client import REGISTRY
 
 from processor.core.assembler import Assembler
 from processor.runtime.partition import PartitionTask
-from tests.integration.conftest import Runtime
+from tests.integration.conftest import Runtime, wait_until
 from tests.unit.scenario import registry
 
 pytestmark = pytest.mark.integration
@@ -78,4 +81,59 @@ async def test_a_preparation_without_the_inputs_partition_count_fails(runtime: R
     finally:
         await task.close()
         await bare.stop()
+        await member.stop()
+
+
+def _unstable_answers() -> float:
+    return REGISTRY.get_sample_value("toolcall_unstable_offset_answers_total") or 0.0
+
+
+@pytest.mark.partitions(1)
+async def test_a_preparation_resumes_from_the_stable_committed_offsets(runtime: Runtime) -> None:
+    """The preparation reads the group's committed offsets after the fence as stable offsets
+    (KIP-447). While a transaction that sent the group's offset for the partition is pending,
+    it waits, where aiokafka's ``committed`` (OffsetFetch v3) answered the offset before that
+    transaction (docs/reliability.md, seed 5); once it commits, the partition resumes from the
+    new offset. The pending transaction here is another transactional id's, which the task's
+    fence leaves alone, so that it stays pending for as long as the test needs."""
+    settings = runtime.settings
+    task = PartitionTask(0, settings, lambda: Assembler(registry()))
+    member = AIOKafkaConsumer(
+        group_id=settings.group_id,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        **settings.kafka_client_kwargs(),
+    )
+    other = AIOKafkaProducer(
+        transactional_id=f"{runtime.prefix}elsewhere", **settings.kafka_client_kwargs()
+    )
+    await member.start()
+    await other.start()
+    preparing: asyncio.Task[object] | None = None
+    try:
+        fragments = task.fragments_tp
+        member.assign(list(task.tps))
+        await member.seek_to_beginning(*task.tps)  # waits for the metadata of the topics
+        await member.commit({fragments: 2})
+        await other.begin_transaction()
+        await other.send_offsets_to_transaction(
+            {fragments: OffsetAndMetadata(5, "")}, group_id=settings.group_id
+        )
+        before = _unstable_answers()
+        preparing = asyncio.create_task(task.prepare(member))
+
+        async def waiting_or_done() -> bool:
+            return preparing.done() or _unstable_answers() > before
+
+        await wait_until(waiting_or_done, timeout=60, interval=0.05, what="the stable read")
+        assert not preparing.done(), task.expected  # it did not resume from 2
+        await other.commit_transaction()
+        await asyncio.wait_for(preparing, 60)
+        assert task.expected[fragments] == 5
+        assert task.expected[task.control_tp] == 0  # none committed: the beginning
+    finally:
+        if preparing is not None and not preparing.done():
+            preparing.cancel()
+        await task.close()
+        await other.stop()
         await member.stop()
