@@ -447,6 +447,33 @@ def verdicts(summaries: dict[str, dict[str, Any]]) -> list[str]:
                 f", {throughput['in_flight']} in flight (issue 39: >= {target}) "
                 f"| {ratio:.2f} | {'yes' if ratio >= target else '**NO**'} |"
             )
+        for handler in wanted:
+            got = throughput["summary"][handler]
+            plain, mine = got.get("plain_cpu_ms_per_call"), got.get("executor_cpu_ms_per_call")
+            if plain and mine:
+                times = mine / plain
+                floor = got.get("floor_cpu_ms_per_call")
+                margins = [
+                    got.get(f"{c}_marginal_cpu_ms_per_call") for c in ("plain", "floor", "executor")
+                ]
+                shown = f"{times:.1f}x" + (f" (the floor's {floor / plain:.1f}x" if floor else "")
+                if all(margins) and floor:
+                    shown += (
+                        f"; marginal: executor {margins[2] / margins[0]:.1f}x, "
+                        f"floor {margins[1] / margins[0]:.1f}x"
+                    )
+                shown += ")" if floor else ""
+                rows.append(
+                    f"| executor: CPU per call / the plain consumer's, {names[handler]} "
+                    f"(issue 39: <= 3x) | {shown} | {'yes' if times <= 3 else '**NO**'} |"
+                )
+            broker = got.get("executor_broker_cpu_ms_per_call")
+            if broker is not None:
+                rows.append(
+                    f"| executor: broker CPU per executed call, {names[handler]} (issue 39: "
+                    f"<= 1 ms; the broker is shared) | {broker:.2f} ms "
+                    f"| {'yes' if broker <= 1 else '**NO**'} |"
+                )
         pair = throughput["summary"]["sleep"].get("two_executors_vs_one")
         if pair is not None:
             rows.append(
