@@ -174,9 +174,16 @@ async def native_plain(settings: Any, calls: int, seconds: float, limit: int) ->
     return ends
 
 
-async def native_floor(settings: Any, calls: int, seconds: float, limit: int) -> list[float]:
+async def native_floor(
+    settings: Any,
+    calls: int,
+    seconds: float,
+    limit: int,
+    timings: dict[str, list[tuple[float, int]]] | None = None,
+) -> list[float]:
     """``floor`` with confluent-kafka (see the module's docstring): the same transactions, in
-    the same order, with the same records."""
+    the same order, with the same records. ``timings`` gets each transaction's wall time
+    (begin to committed, in its thread) and record count, by ``init``, ``claim`` and ``end``."""
     from confluent_kafka import Producer, TopicPartition  # noqa: PLC0415
 
     from processor.executor.records import decode_dispatch  # noqa: PLC0415
@@ -210,8 +217,16 @@ async def native_floor(settings: Any, calls: int, seconds: float, limit: int) ->
                 }
             )
             threads[partition] = ThreadPoolExecutor(1, f"partition-{partition}")
-            await loop.run_in_executor(threads[partition], producer.init_transactions)
+            await loop.run_in_executor(
+                threads[partition], timed, "init", 0, producer.init_transactions
+            )
             producers[partition] = producer
+
+    def timed(kind: str, records: int, work: Callable[[], None]) -> None:
+        started = time.monotonic()
+        work()
+        if timings is not None:
+            timings.setdefault(kind, []).append((time.monotonic() - started, records))
 
     def blocking_transaction(
         producer: Any, records: list[Any], offsets: list[Any] | None, metadata: Any
@@ -231,11 +246,10 @@ async def native_floor(settings: Any, calls: int, seconds: float, limit: int) ->
     ) -> None:
         await loop.run_in_executor(
             threads[partition],
-            blocking_transaction,
-            producers[partition],
-            records,
-            offsets,
-            metadata,
+            timed,
+            "claim" if offsets else "end",
+            len(records),
+            lambda: blocking_transaction(producers[partition], records, offsets, metadata),
         )
 
     async def write_ends(partition: int) -> None:
@@ -276,6 +290,11 @@ async def native_floor(settings: Any, calls: int, seconds: float, limit: int) ->
         return messages, consumer.consumer_group_metadata() if messages else None
 
     try:
+        # every partition's producer started before the first fetch, side by side: librdkafka's
+        # first InitProducerId of a transactional id waited 0.5 s for half of them (a retry
+        # timer while the coordinator's connection comes up), a stall the floor's one-by-one
+        # start in its fetch loop would put inside the steady window
+        await asyncio.gather(*(producer_of(p) for p in range(settings.partitions)))
         while len(ends) < calls:
             messages, metadata = await loop.run_in_executor(kafka, fetch)
             batches: dict[int, list[Any]] = {}
@@ -312,16 +331,28 @@ def contender_main(args: argparse.Namespace) -> None:
     )
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
-    run = {"native-plain": native_plain, "native-floor": native_floor}[args.contender]
-    ends = asyncio.run(run(settings, args.calls, bte.HANDLERS[args.handler], args.in_flight))
+    seconds = bte.HANDLERS[args.handler]
+    timings: dict[str, list[tuple[float, int]]] = {}
+    if args.contender == "native-floor":
+        ends = asyncio.run(native_floor(settings, args.calls, seconds, args.in_flight, timings))
+    else:
+        ends = asyncio.run(native_plain(settings, args.calls, seconds, args.in_flight))
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    line = {
+    line: dict[str, Any] = {
         "calls": len(ends),
         "wall_seconds": time.monotonic() - started,
         "cpu_seconds": cpu,
         "steady_calls_per_second": bte._steady(ends),
     }
+    for kind, got in timings.items():
+        waits = sorted(1000 * wait for wait, _ in got)
+        line[f"{kind}_transactions"] = {
+            "count": len(got),
+            "records_mean": sum(n for _, n in got) / len(got),
+            "p50_ms": waits[len(waits) // 2],
+            "p90_ms": waits[(len(waits) * 9) // 10],
+        }
     print(json.dumps(line))
 
 
@@ -489,6 +520,10 @@ def _summary(runs: dict[str, list[dict[str, Any]]], handler: str, args: Any) -> 
                 [r["cpu_seconds"] for r in small]
             )
             s["marginal_cpu_ms_per_call"] = 1000 * cpu / extra
+        for kind in ("init", "claim", "end"):
+            got = [r[f"{kind}_transactions"] for r in big or [] if f"{kind}_transactions" in r]
+            if got:
+                s[f"{kind}_transactions"] = {k: bte._median([g[k] for g in got]) for k in got[0]}
         out[contender] = s
     return out
 
@@ -532,6 +567,20 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {value(s, 'marginal_cpu_ms_per_call', us, base)} "
                 f"| {value(s, 'broker_cpu_ms_per_call', us, None)} |"
             )
+    for handler, summary in result["summary"].items():
+        s = summary.get("native floor", {})
+        if "claim_transactions" not in s:
+            continue
+        claim, end = s["claim_transactions"], s["end_transactions"]
+        lines += [
+            "",
+            f"The native floor's transactions, {names[handler]}, the large backlog (medians of "
+            f"the runs): {claim['count']:.0f} claim transactions of {claim['records_mean']:.1f} "
+            f"records on average, {claim['p50_ms']:.1f} ms at the median (p90 "
+            f"{claim['p90_ms']:.1f} ms); {end['count']:.0f} end transactions of "
+            f"{end['records_mean']:.1f} records, {end['p50_ms']:.1f} ms (p90 "
+            f"{end['p90_ms']:.1f} ms), from begin to committed.",
+        ]
     return "\n".join(lines)
 
 
