@@ -106,6 +106,19 @@ def _consumer(settings: Any, group: str) -> Any:
     return consumer
 
 
+def _rdkafka_cpu() -> float:
+    """CPU seconds so far of this process's librdkafka threads (named ``rdk:…``), from their
+    scheduler statistics (nanoseconds; clock ticks would round each thread to 10 ms)."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("rdk:"):
+                total += int((task / "schedstat").read_text().split()[0])
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
 def _fetched(messages: list[Any]) -> list[Any]:
     for message in messages:
         if message.error() is not None:
@@ -115,9 +128,12 @@ def _fetched(messages: list[Any]) -> list[Any]:
     return messages
 
 
-async def native_plain(settings: Any, calls: int, seconds: float, limit: int) -> list[float]:
+async def native_plain(
+    settings: Any, calls: int, seconds: float, limit: int, report: dict[str, Any] | None = None
+) -> list[float]:
     """``plain`` with confluent-kafka: up to ``limit`` handlers at once, each partition's
-    offset committed past its completed calls after each fetch."""
+    offset committed past its completed calls after each fetch. ``report`` gets the CPU of
+    librdkafka's threads up to the consumer's close (``rdkafka_cpu_seconds``)."""
     from confluent_kafka import TopicPartition  # noqa: PLC0415
 
     from processor.executor.records import decode_dispatch  # noqa: PLC0415
@@ -168,6 +184,8 @@ async def native_plain(settings: Any, calls: int, seconds: float, limit: int) ->
                     kafka, lambda o=offsets: consumer.commit(offsets=o, asynchronous=False)
                 )
         await asyncio.gather(*tasks)
+        if report is not None:
+            report["rdkafka_cpu_seconds"] = _rdkafka_cpu()
     finally:
         await loop.run_in_executor(kafka, consumer.close)
         kafka.shutdown()
@@ -179,11 +197,13 @@ async def native_floor(
     calls: int,
     seconds: float,
     limit: int,
-    timings: dict[str, list[tuple[float, int]]] | None = None,
+    report: dict[str, Any] | None = None,
 ) -> list[float]:
     """``floor`` with confluent-kafka (see the module's docstring): the same transactions, in
-    the same order, with the same records. ``timings`` gets each transaction's wall time
-    (begin to committed, in its thread) and record count, by ``init``, ``claim`` and ``end``."""
+    the same order, with the same records. ``report`` gets each transaction's wall time (begin
+    to committed, in its thread) and record count, by ``init``, ``claim`` and ``end``
+    (``timings``), and the CPU of librdkafka's threads up to the close
+    (``rdkafka_cpu_seconds``)."""
     from confluent_kafka import Producer, TopicPartition  # noqa: PLC0415
 
     from processor.executor.records import decode_dispatch  # noqa: PLC0415
@@ -225,8 +245,9 @@ async def native_floor(
     def timed(kind: str, records: int, work: Callable[[], None]) -> None:
         started = time.monotonic()
         work()
-        if timings is not None:
-            timings.setdefault(kind, []).append((time.monotonic() - started, records))
+        if report is not None:
+            wait = time.monotonic() - started
+            report.setdefault("timings", {}).setdefault(kind, []).append((wait, records))
 
     def blocking_transaction(
         producer: Any, records: list[Any], offsets: list[Any] | None, metadata: Any
@@ -308,6 +329,8 @@ async def native_floor(
             await asyncio.sleep(0.01)
         for w in writers.values():
             w.result()  # a failed end transaction fails the run
+        if report is not None:
+            report["rdkafka_cpu_seconds"] = _rdkafka_cpu()
     finally:
         await loop.run_in_executor(kafka, consumer.close)
         kafka.shutdown()
@@ -332,11 +355,9 @@ def contender_main(args: argparse.Namespace) -> None:
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
     seconds = bte.HANDLERS[args.handler]
-    timings: dict[str, list[tuple[float, int]]] = {}
-    if args.contender == "native-floor":
-        ends = asyncio.run(native_floor(settings, args.calls, seconds, args.in_flight, timings))
-    else:
-        ends = asyncio.run(native_plain(settings, args.calls, seconds, args.in_flight))
+    report: dict[str, Any] = {}
+    run = {"native-plain": native_plain, "native-floor": native_floor}[args.contender]
+    ends = asyncio.run(run(settings, args.calls, seconds, args.in_flight, report))
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     line: dict[str, Any] = {
@@ -345,7 +366,8 @@ def contender_main(args: argparse.Namespace) -> None:
         "cpu_seconds": cpu,
         "steady_calls_per_second": bte._steady(ends),
     }
-    for kind, got in timings.items():
+    line["rdkafka_cpu_seconds"] = report["rdkafka_cpu_seconds"]
+    for kind, got in report.get("timings", {}).items():
         waits = sorted(1000 * wait for wait, _ in got)
         line[f"{kind}_transactions"] = {
             "count": len(got),
@@ -513,13 +535,13 @@ def _summary(runs: dict[str, list[dict[str, Any]]], handler: str, args: Any) -> 
             s[f"{key}calls_per_second"] = bte._median([r["steady_calls_per_second"] for r in got])
             s[f"{key}cpu_ms_per_call"] = bte._per_call(got, "cpu_seconds")
             s[f"{key}broker_cpu_ms_per_call"] = bte._per_call(got, "broker_cpu_seconds")
+            s[f"{key}rdkafka_cpu_ms_per_call"] = bte._per_call(got, "rdkafka_cpu_seconds")
         big, small = runs.get(f"{handler}/{contender}"), runs.get(f"{handler}/{contender}/small")
         extra = args.calls - args.small_calls
-        if big and small and extra > 0:
-            cpu = bte._median([r["cpu_seconds"] for r in big]) - bte._median(
-                [r["cpu_seconds"] for r in small]
-            )
-            s["marginal_cpu_ms_per_call"] = 1000 * cpu / extra
+        for what, name in (("cpu_seconds", "cpu"), ("rdkafka_cpu_seconds", "rdkafka_cpu")):
+            if big and small and extra > 0 and what in big[0]:
+                cpu = bte._median([r[what] for r in big]) - bte._median([r[what] for r in small])
+                s[f"marginal_{name}_ms_per_call"] = 1000 * cpu / extra
         for kind in ("init", "claim", "end"):
             got = [r[f"{kind}_transactions"] for r in big or [] if f"{kind}_transactions" in r]
             if got:
@@ -567,6 +589,22 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {value(s, 'marginal_cpu_ms_per_call', us, base)} "
                 f"| {value(s, 'broker_cpu_ms_per_call', us, None)} |"
             )
+    threads = [
+        f"{names[h]}: {c} {us(s[c]['rdkafka_cpu_ms_per_call'])} of "
+        f"{us(s[c]['cpu_ms_per_call'])} (marginal {us(s[c]['marginal_rdkafka_cpu_ms_per_call'])} "
+        f"of {us(s[c]['marginal_cpu_ms_per_call'])})"
+        for h, s in result["summary"].items()
+        for c in NATIVE
+        if s.get(c, {}).get("marginal_rdkafka_cpu_ms_per_call") is not None
+    ]
+    if threads:
+        lines += [
+            "",
+            "Of the native contenders' CPU per call, librdkafka's own threads (the rest is the "
+            "Python thread: the loop, the handlers, the records, the client's Python binding): "
+            + "; ".join(threads)
+            + ".",
+        ]
     for handler, summary in result["summary"].items():
         s = summary.get("native floor", {})
         if "claim_transactions" not in s:
