@@ -133,6 +133,52 @@ async def plain(settings: Any, calls: int, seconds: float, limit: int) -> list[f
     return ends
 
 
+def ledger_entry(
+    topics: Any, group: str, dispatch: Any, state: str, partition: int, offset: int
+) -> Any:
+    """The floor's ledger record of one call (``claimed`` or its end): the executor's fields,
+    keyed by (group, dispatch id), on the dispatch record's partition of ``executions``."""
+    import orjson  # noqa: PLC0415
+
+    from processor.kafka.codec import Outbound  # noqa: PLC0415
+
+    value = orjson.dumps(
+        {
+            "v": 1, "tenant": dispatch.tenant, "turn_id": dispatch.turn_id,
+            "response_id": dispatch.response_id, "item_id": dispatch.item_id,
+            "call_id": dispatch.call_id, "type": "execution.entry", "group": group,
+            "dispatch_id": dispatch.dispatch_id, "state": state, "tool": dispatch.tool,
+            "tool_version": dispatch.tool_version, "executor_id": "floor",
+            "dispatch_partition": partition, "dispatch_offset": offset, "ts": time.time(),
+        }
+    )  # fmt: skip
+    return Outbound(
+        topics.executions, orjson.dumps([group, dispatch.dispatch_id]), value, [], partition
+    )
+
+
+def result_record(topics: Any, group: str, dispatch: Any, key: bytes, output: Any) -> Any:
+    """The floor's result of one call: the executor's fields, keyed as the dispatch record
+    (the default partitioner chooses its ``results`` partition)."""
+    import orjson  # noqa: PLC0415
+
+    from processor.kafka.codec import Outbound  # noqa: PLC0415
+
+    value = orjson.dumps(
+        {
+            "v": 1, "tenant": dispatch.tenant, "turn_id": dispatch.turn_id,
+            "response_id": dispatch.response_id, "item_id": dispatch.item_id,
+            "call_id": dispatch.call_id, "type": "execution.result",
+            "result_id": uuid.uuid4().hex, "dispatch_id": dispatch.dispatch_id,
+            "tool": dispatch.tool, "tool_version": dispatch.tool_version,
+            "executor_group": group, "executor_id": "floor", "outcome": "succeeded",
+            "reason": None, "blocked_by": None, "retry_possible": False, "detail": "",
+            "output": output, "started_at": time.time(), "ts": time.time(),
+        }
+    )  # fmt: skip
+    return Outbound(topics.results, key, value, [])
+
+
 async def floor(settings: Any, calls: int, seconds: float, limit: int) -> list[float]:
     """The at-most-once floor: the Kafka work any executor with a claim ledger must do, and
     nothing else. Per ``dispatch`` partition a transactional producer of its own (as the
@@ -142,7 +188,6 @@ async def floor(settings: Any, calls: int, seconds: float, limit: int) -> list[f
     finish. The records have the executor's sizes and keys. No fence, no registry, no models
     beyond the dispatch's decode (the plain consumer's): what is left of the executor's CPU
     per call above this is its own Python, not the protocol."""
-    import orjson  # noqa: PLC0415
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: PLC0415
 
     from processor.executor.records import decode_dispatch  # noqa: PLC0415
@@ -168,36 +213,6 @@ async def floor(settings: Any, calls: int, seconds: float, limit: int) -> list[f
     finished: dict[int, list[Outbound]] = {}
     writers: dict[int, asyncio.Task[None]] = {}
     tasks: set[asyncio.Task[Any]] = set()
-
-    def entry(dispatch: Any, state: str, partition: int, offset: int) -> Outbound:
-        value = orjson.dumps(
-            {
-                "v": 1, "tenant": dispatch.tenant, "turn_id": dispatch.turn_id,
-                "response_id": dispatch.response_id, "item_id": dispatch.item_id,
-                "call_id": dispatch.call_id, "type": "execution.entry", "group": group,
-                "dispatch_id": dispatch.dispatch_id, "state": state, "tool": dispatch.tool,
-                "tool_version": dispatch.tool_version, "executor_id": "floor",
-                "dispatch_partition": partition, "dispatch_offset": offset, "ts": time.time(),
-            }
-        )  # fmt: skip
-        return Outbound(
-            topics.executions, orjson.dumps([group, dispatch.dispatch_id]), value, [], partition
-        )
-
-    def result(dispatch: Any, key: bytes, output: Any) -> Outbound:
-        value = orjson.dumps(
-            {
-                "v": 1, "tenant": dispatch.tenant, "turn_id": dispatch.turn_id,
-                "response_id": dispatch.response_id, "item_id": dispatch.item_id,
-                "call_id": dispatch.call_id, "type": "execution.result",
-                "result_id": uuid.uuid4().hex, "dispatch_id": dispatch.dispatch_id,
-                "tool": dispatch.tool, "tool_version": dispatch.tool_version,
-                "executor_group": group, "executor_id": "floor", "outcome": "succeeded",
-                "reason": None, "blocked_by": None, "retry_possible": False, "detail": "",
-                "output": output, "started_at": time.time(), "ts": time.time(),
-            }
-        )  # fmt: skip
-        return Outbound(topics.results, key, value, [])
 
     async def producer_of(partition: int) -> AIOKafkaProducer:
         if partition not in producers:
@@ -230,7 +245,10 @@ async def floor(settings: Any, calls: int, seconds: float, limit: int) -> list[f
     async def run(partition: int, offset: int, dispatch: Any, key: bytes) -> None:
         output = await handle(dispatch)
         finished.setdefault(partition, []).extend(
-            (entry(dispatch, "succeeded", partition, offset), result(dispatch, key, output))
+            (
+                ledger_entry(topics, group, dispatch, "succeeded", partition, offset),
+                result_record(topics, group, dispatch, key, output),
+            )
         )
         writer = writers.get(partition)
         if writer is None or writer.done():
@@ -239,7 +257,9 @@ async def floor(settings: Any, calls: int, seconds: float, limit: int) -> list[f
     async def claim_and_start(tp: TopicPartition, records: list[Any]) -> None:
         await producer_of(tp.partition)
         dispatches = [(r, decode_dispatch(r.value)) for r in records]
-        claims = [entry(d, "claimed", tp.partition, r.offset) for r, d in dispatches]
+        claims = [
+            ledger_entry(topics, group, d, "claimed", tp.partition, r.offset) for r, d in dispatches
+        ]
         await transaction(tp.partition, claims, {tp: records[-1].offset + 1})
         for r, d in dispatches:
             task = asyncio.create_task(run(tp.partition, r.offset, d, r.key))
