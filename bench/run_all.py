@@ -207,16 +207,20 @@ SECTIONS = [
         "every turn started) drained, one contender after the other and each in a process "
         "and consumer group of its own, by a plain aiokafka consumer group member (decodes each "
         "record, runs the handler with up to 64 calls in flight, commits each partition's "
-        "offset past its completed calls: no fence, no ledger, no result) and by one "
+        "offset past its completed calls: no fence, no ledger, no result), by the "
+        "at-most-once *floor* (the Kafka work of claims before the handler and ends after it, "
+        "in transactions of a producer per partition, with the executor's records, and "
+        "nothing else: no fence, no ledger state, no registry) and by one "
         "`ExecutorClient` with `max_in_flight=64` (the fence, the batched claims, the handler, "
         "the outcomes); then two executors of one group, both owning their partitions before "
         "a backlog of their own appears (written in one transaction). *Steady calls/s*: calls "
         "whose handler ended between the 10th and the "
         "90th percentile of handler end times, over that interval. *CPU per call*: the "
-        "contender process's user + system time over its run; the broker's, from its process's "
+        "contender process's user + system time over its run, and *marginal*: the 2,000-call "
+        "run's less the 300-call run's, over the extra calls; the broker's, from its process's "
         "`/proc` ticks over the same run, is an upper bound (the broker is shared with whatever "
-        "else runs on the machine). The machine was shared by other sessions' tests while these "
-        "ran: the two contenders ran back to back on the same backlog; compare the ratios.",
+        "else runs on the machine). The contenders ran back to back on the same backlog; compare "
+        "the ratios.",
     ),
     Section(
         "cli",
