@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -88,6 +89,21 @@ class _HeldEnds:
         return ends
 
 
+@pytest.fixture
+async def held_barrier(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[ControlBarrier, _HeldEnds, Any]]:
+    """A started barrier whose end-offset reads are held and counted, and a producer."""
+    held = _HeldEnds(barrier_module.end_offsets)
+    monkeypatch.setattr(barrier_module, "end_offsets", held)
+    barrier = ControlBarrier(runtime.settings, lambda: FenceState(verifier=AllowUnsigned()))
+    await barrier.start()
+    try:
+        yield barrier, held, await runtime.producer()
+    finally:
+        await barrier.stop()
+
+
 async def _started(rt: Runtime, producer: Any, partition: int, turn: str) -> None:
     await producer.send_and_wait(
         rt.topics.control,
@@ -99,94 +115,73 @@ async def _started(rt: Runtime, producer: Any, partition: int, turn: str) -> Non
 
 @pytest.mark.partitions(3)
 async def test_syncs_asked_at_once_share_one_read(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, held_barrier: tuple[ControlBarrier, _HeldEnds, Any]
 ) -> None:
     """Eight syncs asked at once: the first makes a read, the seven asked while it was in
     flight share the next one (two ListOffsets, not eight), and each sees the records
     committed before it was asked, of its own partition."""
     rt = runtime
-    held = _HeldEnds(barrier_module.end_offsets)
-    monkeypatch.setattr(barrier_module, "end_offsets", held)
-    barrier = ControlBarrier(rt.settings, lambda: FenceState(verifier=AllowUnsigned()))
-    await barrier.start()
-    producer = await rt.producer()
-    try:
-        for partition in range(3):
-            await _started(rt, producer, partition, f"t{partition}")
-        held.reads = 0
-        states = await asyncio.gather(*(barrier.sync(n % 3, 30) for n in range(8)))
-        assert held.reads == 2
-        for n, state in enumerate(states):
-            assert ("acme", f"t{n % 3}") in state.turns
-    finally:
-        await barrier.stop()
+    barrier, held, producer = held_barrier
+    for partition in range(3):
+        await _started(rt, producer, partition, f"t{partition}")
+    held.reads = 0
+    states = await asyncio.gather(*(barrier.sync(n % 3, 30) for n in range(8)))
+    assert held.reads == 2
+    for n, state in enumerate(states):
+        assert ("acme", f"t{n % 3}") in state.turns
 
 
 @pytest.mark.partitions(1)
 async def test_a_sync_asked_while_a_read_is_in_flight_waits_for_a_read_of_its_own(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, held_barrier: tuple[ControlBarrier, _HeldEnds, Any]
 ) -> None:
     """A read took its end offsets; a record is committed; a sync asked now must not take
     that read's answer (it would miss the record): it joins the next read."""
     rt = runtime
-    held = _HeldEnds(barrier_module.end_offsets)
-    monkeypatch.setattr(barrier_module, "end_offsets", held)
-    barrier = ControlBarrier(rt.settings, lambda: FenceState(verifier=AllowUnsigned()))
-    await barrier.start()
-    producer = await rt.producer()
-    try:
-        await barrier.sync(0, 30)
-        held.release.clear()
-        held.taken.clear()
-        first = asyncio.create_task(barrier.sync(0, 30))
-        await asyncio.wait_for(held.taken.wait(), 30)  # its end offsets are taken
-        await _started(rt, producer, 0, "late")  # committed after them
-        second = asyncio.create_task(barrier.sync(0, 30))
-        await asyncio.sleep(0)  # asked while the first read is in flight
-        held.release.set()
-        assert ("acme", "late") in (await second).turns
-        await first
-    finally:
-        await barrier.stop()
+    barrier, held, producer = held_barrier
+    await barrier.sync(0, 30)
+    held.release.clear()
+    held.taken.clear()
+    first = asyncio.create_task(barrier.sync(0, 30))
+    await asyncio.wait_for(held.taken.wait(), 30)  # its end offsets are taken
+    await _started(rt, producer, 0, "late")  # committed after them
+    second = asyncio.create_task(barrier.sync(0, 30))
+    await asyncio.sleep(0)  # asked while the first read is in flight
+    held.release.set()
+    assert ("acme", "late") in (await second).turns
+    await first
 
 
 @pytest.mark.partitions(1)
 async def test_a_sync_whose_shared_read_was_cancelled_under_another_reads_again(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, held_barrier: tuple[ControlBarrier, _HeldEnds, Any]
 ) -> None:
     """Two syncs join one read; the one making it is cancelled (a round cancelled): the other
     is not cancelled with it, it reads again and answers."""
     rt = runtime
-    held = _HeldEnds(barrier_module.end_offsets)
-    monkeypatch.setattr(barrier_module, "end_offsets", held)
-    barrier = ControlBarrier(rt.settings, lambda: FenceState(verifier=AllowUnsigned()))
-    await barrier.start()
-    producer = await rt.producer()
-    try:
-        await barrier.sync(0, 30)
-        held.release.clear()
-        held.taken.clear()
-        held.reads = 0
-        blocker = asyncio.create_task(barrier.sync(0, 30))  # read 1, held
-        await asyncio.wait_for(held.taken.wait(), 30)
-        await _started(rt, producer, 0, "before")
-        maker = asyncio.create_task(barrier.sync(0, 30))  # both join read 2
-        joiner = asyncio.create_task(barrier.sync(0, 30))
-        await asyncio.sleep(0)
-        held.taken.clear()
-        held.release.set()
-        await blocker
-        held.release.clear()
-        await asyncio.wait_for(held.taken.wait(), 30)  # read 2 (the maker's) is held
-        maker.cancel()
-        held.release.set()
-        with pytest.raises(asyncio.CancelledError):
-            await maker
-        # not cancelled with the maker: it read again, and saw what was there when it asked
-        assert ("acme", "before") in (await asyncio.wait_for(joiner, 30)).turns
-        assert held.reads == 3
-    finally:
-        await barrier.stop()
+    barrier, held, producer = held_barrier
+    await barrier.sync(0, 30)
+    held.release.clear()
+    held.taken.clear()
+    held.reads = 0
+    blocker = asyncio.create_task(barrier.sync(0, 30))  # read 1, held
+    await asyncio.wait_for(held.taken.wait(), 30)
+    await _started(rt, producer, 0, "before")
+    maker = asyncio.create_task(barrier.sync(0, 30))  # both join read 2
+    joiner = asyncio.create_task(barrier.sync(0, 30))
+    await asyncio.sleep(0)
+    held.taken.clear()
+    held.release.set()
+    await blocker
+    held.release.clear()
+    await asyncio.wait_for(held.taken.wait(), 30)  # read 2 (the maker's) is held
+    maker.cancel()
+    held.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await maker
+    # not cancelled with the maker: it read again, and saw what was there when it asked
+    assert ("acme", "before") in (await asyncio.wait_for(joiner, 30)).turns
+    assert held.reads == 3
 
 
 @pytest.mark.partitions(2)
