@@ -138,16 +138,21 @@ async def end_offsets(
         by_node.setdefault(node, {}).setdefault(tp.topic, []).append((tp.partition, -1))
     isolation = consumer._fetcher._isolation_level
     ends: dict[TopicPartition, int] = {}
-    try:
-        for node, topics in by_node.items():
-            response = await client.send(node, OffsetRequest(-1, isolation, list(topics.items())))
-            for topic, parts in response.topics:
-                for part, error_code, *answer in parts:
-                    if error_code or len(answer) < 2:  # v1+: timestamp, offset(, leader epoch)
-                        return dict(await consumer.end_offsets(list(tps)))
-                    ends[TopicPartition(topic, part)] = answer[1]
+    try:  # the leaders side by side
+        responses = await asyncio.gather(
+            *(
+                client.send(node, OffsetRequest(-1, isolation, list(topics.items())))
+                for node, topics in by_node.items()
+            )
+        )
     except KafkaError:
         return dict(await consumer.end_offsets(list(tps)))
+    for response in responses:
+        for topic, parts in response.topics:
+            for part, error_code, *answer in parts:
+                if error_code or len(answer) < 2:  # v1+: timestamp, offset(, leader epoch)
+                    return dict(await consumer.end_offsets(list(tps)))
+                ends[TopicPartition(topic, part)] = answer[1]
     if any(tp not in ends for tp in tps):
         return dict(await consumer.end_offsets(list(tps)))
     return ends
