@@ -52,7 +52,6 @@ import importlib.util
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 import uuid
@@ -342,16 +341,7 @@ async def native_floor(
 def contender_main(args: argparse.Namespace) -> None:
     """In a process of its own: drain the backlog, print one JSON line (as
     ``bench_executor_throughput.contender_main`` does for its contenders)."""
-    from processor.settings import Settings  # noqa: PLC0415
-
-    settings = Settings(
-        bootstrap_servers=args.bootstrap,
-        topic_prefix=args.prefix,
-        partitions=args.partitions,
-        session_timeout_ms=6000,
-        transaction_timeout_ms=5000,
-        commit_timeout_seconds=4,
-    )
+    settings = bte.contender_settings(args)
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
     seconds = bte.HANDLERS[args.handler]
@@ -384,25 +374,13 @@ def contender_main(args: argparse.Namespace) -> None:
 def _contend_native(
     args: argparse.Namespace, prefix: str, contender: str, handler: str
 ) -> dict[str, Any]:
-    """``bte._contend`` for this file's contenders: a process of its own, the broker's ticks
-    over its run."""
-    broker = bte._broker_pid()
-    before = bte._ticks(broker)
+    """``bte._contend`` with this file's command line."""
     command = [
         sys.executable, __file__, "--contender", NATIVE[contender], "--handler", handler,
         "--prefix", prefix, "--calls", str(args.calls), "--partitions", str(args.partitions),
         "--in-flight", str(args.in_flight), "--bootstrap", args.bootstrap,
     ]  # fmt: skip
-    out = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout, check=False
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{contender}/{handler} failed:\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    after = bte._ticks(broker)
-    if before is not None and after is not None:
-        result["broker_cpu_seconds"] = (after - before) / os.sysconf("SC_CLK_TCK")
-    return result
+    return bte._contend(args, prefix, contender, handler, command)
 
 
 def _ledger(bootstrap: str, prefix: str, partitions: int) -> dict[tuple[str, str], list[str]]:

@@ -430,11 +430,11 @@ def _steady(ends: list[float]) -> float:
     return ((len(ends) * 9) // 10 - len(ends) // 10) / (hi - lo) if hi > lo else float("inf")
 
 
-def contender_main(args: argparse.Namespace) -> None:
-    """In a process of its own: drain the backlog, print one JSON line."""
+def contender_settings(args: argparse.Namespace) -> Any:
+    """The settings every contender process runs with (this file's and the native floor's)."""
     from processor.settings import Settings  # noqa: PLC0415
 
-    settings = Settings(
+    return Settings(
         bootstrap_servers=args.bootstrap,
         topic_prefix=args.prefix,
         partitions=args.partitions,
@@ -442,6 +442,11 @@ def contender_main(args: argparse.Namespace) -> None:
         transaction_timeout_ms=5000,
         commit_timeout_seconds=4,
     )
+
+
+def contender_main(args: argparse.Namespace) -> None:
+    """In a process of its own: drain the backlog, print one JSON line."""
+    settings = contender_settings(args)
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_SELF)
     seconds = HANDLERS[args.handler]
@@ -541,11 +546,19 @@ async def _drop(bootstrap: str, prefix: str, partitions: int) -> None:
     await rt.close()
 
 
-def _contend(args: argparse.Namespace, prefix: str, contender: str, handler: str) -> dict[str, Any]:
+def _contend(
+    args: argparse.Namespace,
+    prefix: str,
+    contender: str,
+    handler: str,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """Run one contender in a process of its own (``command``, else this file's) and read its
+    JSON line; the broker's CPU ticks over its run are added."""
     broker = _broker_pid()
     before = _ticks(broker)
     out = subprocess.run(
-        _command(args, prefix, contender, handler),
+        command or _command(args, prefix, contender, handler),
         cwd=ROOT,
         capture_output=True,
         text=True,
